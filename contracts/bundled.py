@@ -1,0 +1,28 @@
+"""The bundled subjects: the drafts the real trainers saved under ``fixtures/`` (see fixtures/manifest.json),
+each paired with the tiny target. They are what ``tox -e check`` checks and what ``pytest -m contracts``
+runs every contract over when no ``--checkpoint`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+MANIFEST = FIXTURES / "manifest.json"
+
+
+def manifest() -> dict:
+    return json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
+
+
+def bundled_subjects() -> list[tuple[str, Path, Path | None]]:
+    """(name, checkpoint dir, target dir) for every trainer-built draft in the manifest, in a stable order."""
+    entries = manifest()
+    root = FIXTURES.parent
+    out = []
+    for name, entry in sorted(entries.items()):
+        if entry.get("trainer") in (None, "transformers") or "target" not in entry:
+            continue
+        out.append((name, root / entry["path"], root / entries[entry["target"]]["path"]))
+    return out

@@ -1,0 +1,222 @@
+"""A read-only view of a draft (or target) checkpoint directory: its config and the names, shapes and
+dtypes of its tensors, read from safetensors headers without loading the weights.
+
+Every way a directory can be unusable ends in ``InputError`` with one line a user can act on (the CLI
+prints it and exits 2). Nothing here writes anywhere, and pickle-based weight files are never opened:
+unpickling an untrusted ``.bin``/``.pt`` runs arbitrary code.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+# safetensors dtype tags -> torch dtype names
+SAFETENSORS_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+    "U16": "uint16", "U32": "uint32", "U64": "uint64", "BOOL": "bool",
+}
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
+               "I16": 2, "I8": 1, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1}
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
+
+
+class InputError(Exception):
+    """The input cannot be judged at all (missing, malformed, unsafe). Rendered as one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # torch dtype name, e.g. "bfloat16"
+    file: str  # file name inside the checkpoint directory
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def _load_json(path: Path, what: str) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no {what}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read {what}: {e}") from None
+
+    def no_duplicates(pairs):
+        seen = {}
+        for k, v in pairs:
+            if k in seen:
+                raise InputError(f"{path}: invalid {what}: key {k!r} appears twice")
+            seen[k] = v
+        return seen
+
+    try:
+        data = json.loads(text, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: invalid JSON in {what}: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
+    """Parse and validate one safetensors header (names, dtypes, shapes, offsets) without reading data.
+
+    Validates what the format promises: a header length that fits the file, a JSON object, known dtypes,
+    offsets that match shape x dtype size, lie inside the data section and do not overlap.
+    """
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise InputError(f"{path}: truncated safetensors file ({size} bytes, no header length)")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER_BYTES or 8 + n > size:
+                raise InputError(f"{path}: truncated or malformed safetensors file "
+                                 f"(header claims {n} bytes, file has {size})")
+            raw = f.read(n)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError(f"{path}: malformed safetensors header (not JSON)") from None
+    if not isinstance(header, dict):
+        raise InputError(f"{path}: malformed safetensors header (not a JSON object)")
+    data_len = size - 8 - n
+    out: dict[str, TensorInfo] = {}
+    spans = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise InputError(f"{path}: malformed safetensors entry for {name!r}")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in SAFETENSORS_DTYPES:
+            raise InputError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}")
+        if (not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                     for d in shape)):
+            raise InputError(f"{path}: tensor {name!r} has malformed shape {shape!r}")
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+            raise InputError(f"{path}: tensor {name!r} has malformed data_offsets {offsets!r}")
+        begin, end = offsets
+        info = TensorInfo(name, tuple(shape), SAFETENSORS_DTYPES[dtype], path.name)
+        if not 0 <= begin <= end <= data_len:
+            raise InputError(f"{path}: truncated safetensors file (tensor {name!r} ends at byte {end} "
+                             f"of a {data_len}-byte data section)")
+        if end - begin != info.numel * DTYPE_BYTES[dtype]:
+            raise InputError(f"{path}: tensor {name!r} spans {end - begin} bytes but shape {shape} "
+                             f"of {dtype} needs {info.numel * DTYPE_BYTES[dtype]}")
+        spans.append((begin, end, name))
+        out[name] = info
+    spans.sort()
+    for (b1, e1, n1), (b2, e2, n2) in zip(spans, spans[1:]):
+        if b2 < e1:
+            raise InputError(f"{path}: malformed safetensors file (tensors {n1!r} and {n2!r} overlap)")
+    return out
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint directory, validated on open. ``config`` is the raw config.json."""
+
+    path: Path
+    config: dict
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path, *, require_weights: bool = True) -> "Checkpoint":
+        path = Path(path)
+        if not path.exists():
+            raise InputError(f"{path}: no such directory")
+        if not path.is_dir():
+            raise InputError(f"{path}: not a directory (give the checkpoint directory, not a file)")
+        config = _load_json(path / "config.json", "config.json")
+        tensors = cls._read_tensors(path) if require_weights else cls._read_tensors_optional(path)
+        return cls(path=path, config=config, tensors=tensors)
+
+    @staticmethod
+    def _weight_files(path: Path) -> list[Path]:
+        index = path / "model.safetensors.index.json"
+        if index.exists():
+            weight_map = _load_json(index, "model.safetensors.index.json").get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise InputError(f"{index}: no weight_map")
+            files = []
+            for name in sorted(set(weight_map.values())):
+                if not isinstance(name, str) or "/" in name or name.startswith("."):
+                    raise InputError(f"{index}: invalid shard file name {name!r}")
+                if not (path / name).is_file():
+                    raise InputError(f"{index}: shard {name} is missing")
+                files.append(path / name)
+            return files
+        return sorted(p for p in path.glob("*.safetensors") if p.is_file())
+
+    @classmethod
+    def _read_tensors(cls, path: Path) -> dict[str, TensorInfo]:
+        files = cls._weight_files(path)
+        if not files:
+            pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+            if pickles:
+                raise InputError(f"{path}: only pickle-based weights ({', '.join(pickles)}); eagle3-contracts never "
+                                 f"unpickles untrusted files: save the draft as safetensors")
+            raise InputError(f"{path}: no *.safetensors weights")
+        tensors: dict[str, TensorInfo] = {}
+        for f in files:
+            for name, info in read_safetensors_header(f).items():
+                if name in tensors:
+                    raise InputError(f"{path}: tensor {name!r} appears in both {tensors[name].file} and {f.name}")
+                tensors[name] = info
+        return tensors
+
+    @classmethod
+    def _read_tensors_optional(cls, path: Path) -> dict[str, TensorInfo]:
+        return cls._read_tensors(path) if cls._weight_files(path) else {}
+
+    @property
+    def has_weights(self) -> bool:
+        return bool(self.tensors)
+
+    @cached_property
+    def trainer_format(self) -> str:
+        """``speculators`` (nested config, as speculators saves it) or ``sglang`` (flat Llama-style config)."""
+        cfg = self.config
+        if "transformer_layer_config" in cfg or "speculators_config" in cfg or cfg.get("speculators_model_type"):
+            return "speculators"
+        if any(t.startswith("midlayer.") for t in self.tensors):
+            return "specforge"
+        return "sglang"
+
+    def load_tensor(self, name: str):
+        """Read one tensor (used for the small ones, and for tiny drafts' load tracing)."""
+        from safetensors import safe_open
+
+        info = self.tensors[name]
+        with safe_open(str(self.path / info.file), framework="pt") as f:
+            return f.get_tensor(name)
+
+    def iter_tensors(self):
+        """Every tensor, file by file, as (name, tensor)."""
+        from safetensors import safe_open
+
+        by_file: dict[str, list[str]] = {}
+        for name, info in self.tensors.items():
+            by_file.setdefault(info.file, []).append(name)
+        for file, names in sorted(by_file.items()):
+            with safe_open(str(self.path / file), framework="pt") as f:
+                for name in names:
+                    yield name, f.get_tensor(name)

@@ -1,0 +1,33 @@
+"""Helpers that make evidence readable (as transformers' loading report does: layer indices collapsed)."""
+
+from __future__ import annotations
+
+import re
+
+_INDEX = re.compile(r"\.(\d+)\.")
+
+
+def collapse_layers(names: list[str], limit: int = 12) -> str:
+    """``layers.{0..3}.mlp.up_proj.weight``-style summary of a list of names, quoted, at most ``limit`` groups."""
+    groups: dict[str, list[int]] = {}
+    order = []
+    for name in names:
+        m = _INDEX.search(name)
+        key = _INDEX.sub(".{}.", name, count=1) if m else name
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        if m:
+            groups[key].append(int(m.group(1)))
+    parts = []
+    for key in order:
+        idx = sorted(set(groups[key]))
+        if not idx:
+            parts.append(f"`{key}`")
+        elif len(idx) == 1:
+            parts.append(f"`{key.replace('{}', str(idx[0]))}`")
+        else:
+            span = f"{idx[0]}..{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else ",".join(map(str, idx))
+            parts.append(f"`{key.replace('{}', '{' + span + '}')}`")
+    more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
+    return ", ".join(parts[:limit]) + more

@@ -1,0 +1,109 @@
+"""``key-naming``: every checkpoint tensor reaches an engine parameter (or a side channel such as
+``d2t`` → ``hot_token_id``), and every engine parameter is written by the checkpoint or by the engine's
+documented sharing with the target.
+
+Prevents the silent drop: SGLang's EAGLE-3 ``load_weights`` skips names it cannot match without a word
+(0.5.3 dropped all ``layers.0.*`` tensors of speculators drafts; stray ``layers.1.*`` or
+``model.decoder.fc.weight`` vanish the same way) and the unwritten parameters serve random values.
+This is the invariant vLLM's default loader enforces ("Following weights were not initialized from
+checkpoint"), checked from the outside because no engine enforces it for EAGLE-3 drafts.
+"""
+
+from __future__ import annotations
+
+from contracts.checks.evidence import collapse_layers
+from contracts.registry import FAIL, PASS, Result, contract
+
+# Tensors the engine skips on purpose. t2d is the target->draft mask; SGLang derives the map from d2t
+# alone (``continue`` on any name containing "t2d"); d2t-semantics checks that the two agree.
+IGNORED_BY_DESIGN = {"t2d": "target->draft mask; the engine maps draft ids with d2t alone"}
+
+
+def _fix_for_dropped(key: str, probes, present: set[str], num_layers) -> str:
+    renames = [p for p in probes if p.key == key and p.candidate]
+    switches = [p for p in probes if p.key == key and p.config_change]
+    fixes = []
+    for p in renames:
+        if p.candidate in present:
+            fixes.append(f"`{key}` is a second tensor for {', '.join(p.reached)} (the checkpoint already has "
+                         f"`{p.candidate}`): remove it")
+        else:
+            fixes.append(f"rename `{key}` → `{p.candidate}` (the engine then loads it into {', '.join(p.reached)})")
+        break
+    for p in switches:
+        change = ", ".join(f"{k}: {v!r}" for k, v in p.config_change.items())
+        why = ""
+        if "num_hidden_layers" in p.config_change:
+            why = f" if the trainer really trained that many layers (config says {num_layers})"
+        fixes.append(f"or set `{change}` in config.json{why} (the engine then builds and loads {', '.join(p.reached)})")
+    if not fixes:
+        return f"remove `{key}` if it is not part of the draft; no rename or config switch makes this engine load it"
+    text = "; ".join(fixes)
+    return text[3:] if text.startswith("or ") else text
+
+
+def _checkpoint_name(param: str) -> str:
+    return param.removeprefix("model.")
+
+
+@contract("key-naming", "every checkpoint tensor reaches an engine parameter or side channel, and every "
+                        "engine parameter is written by the checkpoint or by the engine's sharing with the target")
+def check_key_naming(subject) -> Result:
+    obs = subject.load
+    present = {t.key for t in obs.tensors}
+    dropped = [t.key for t in obs.tensors if t.dropped and t.key not in IGNORED_BY_DESIGN]
+    ignored = [t.key for t in obs.tensors if t.dropped and t.key in IGNORED_BY_DESIGN]
+    side = {t.key: t.side_channel for t in obs.tensors if t.side_channel}
+    failed_writers = {c.param for t in obs.tensors for c in t.calls if c.error}
+    unwritten, shared, shape_blocked = [], {}, []
+    for p in obs.params:
+        if p.unwritten_fraction == 0.0:
+            continue
+        if p.shared_from_target:
+            shared[p.name] = p.shared_from_target
+        elif p.name in failed_writers:
+            shape_blocked.append(p.name)
+        else:
+            unwritten.append(p)
+    renames = {t.key: sorted(set(t.reached)) for t in obs.tensors if t.reached and t.reached != [f"model.{t.key}"]
+               and t.reached != [t.key]}
+
+    evidence = {
+        "engine_class": obs.draft_class,
+        "tensors": len(obs.tensors),
+        "dropped": dropped,
+        "unwritten_params": {p.name: round(p.unwritten_fraction, 4) for p in unwritten},
+        "written_by_target_sharing": shared,
+        "side_channels": side,
+        "ignored_by_design": {k: IGNORED_BY_DESIGN[k] for k in ignored},
+        "renamed_by_engine": renames,
+    }
+    if shape_blocked:
+        evidence["not_written_because_of_shape_errors"] = shape_blocked
+    if obs.load_error:
+        evidence["load_error"] = obs.load_error
+
+    problems, fixes = [], []
+    if dropped:
+        problems.append(f"{len(dropped)} tensor(s) dropped by the engine's loader: {collapse_layers(dropped)}")
+        num_layers = obs.config.get("num_hidden_layers")
+        fixes += [_fix_for_dropped(k, obs.probes, present, num_layers) for k in dropped]
+    if unwritten:
+        names = [p.name for p in unwritten]
+        problems.append(f"{len(names)} engine parameter(s) never written (they would serve random values): "
+                        f"{collapse_layers(names)}")
+        for p in unwritten:
+            shards = sorted({c.shard for t in obs.tensors for c in t.calls if c.param == p.name and c.shard})
+            if shards:
+                fixes.append(f"{p.name} is only partly written ({p.unwritten_fraction:.0%} missing; shards loaded: "
+                             f"{', '.join(shards)}): save the missing shard tensors")
+            else:
+                fixes.append(f"save a tensor for {p.name} (SGLang reads it as `{_checkpoint_name(p.name)}`)")
+    if obs.load_error:
+        problems.append(f"the engine's load_weights raised: {obs.load_error}")
+    if problems:
+        return Result("key-naming", FAIL, "; ".join(problems), evidence, "; ".join(fixes) or None)
+    summary = f"all {len(obs.tensors)} tensors reach {obs.draft_class}"
+    if shared:
+        summary += f"; {', '.join(shared)} written by the engine's sharing with the target"
+    return Result("key-naming", PASS, summary, evidence)

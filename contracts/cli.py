@@ -1,0 +1,145 @@
+"""``eagle3-contracts``: check a draft checkpoint against the engine's real code, or convert one.
+
+    eagle3-contracts check CHECKPOINT [--target DIR] [--engine sglang[==VERSION]] [--only IDS]
+                           [--format text|json|junit|markdown] [--output FILE] [--strict]
+    eagle3-contracts check --examples          (every bundled trainer-built draft)
+    eagle3-contracts convert --to sglang SRC DST
+
+Exit codes: 0 every contract holds (warnings allowed unless --strict), 1 a contract fails, 2 the input or
+the invocation is unusable (one line on stderr, nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from contracts.checkpoint import InputError
+
+FORMATS = ("text", "json", "junit", "markdown")
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as for every unusable invocation
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="eagle3-contracts", description="Executable EAGLE-3 draft/engine contracts.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    c = sub.add_parser("check", help="judge a draft checkpoint with every contract")
+    c.add_argument("checkpoint", nargs="?", help="draft checkpoint directory")
+    c.add_argument("--target", help="target model directory (config.json; weights optional)")
+    c.add_argument("--engine", default="sglang", help="engine under test: sglang or sglang==VERSION")
+    c.add_argument("--only", help="comma-separated contract ids")
+    c.add_argument("--format", choices=FORMATS, default="text")
+    c.add_argument("--output", help="write the report to FILE instead of stdout")
+    c.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    c.add_argument("--examples", action="store_true", help="check every bundled example")
+    v = sub.add_parser("convert", help="write the config SGLang reads for a speculators checkpoint")
+    v.add_argument("--to", choices=("sglang",), required=True)
+    v.add_argument("src")
+    v.add_argument("dst")
+    v.add_argument("--copy", action="store_true", help="copy the weight files instead of symlinking them")
+    return p
+
+
+def _check_engine(spec: str) -> None:
+    name, _, version = spec.partition("==")
+    if name != "sglang":
+        raise UsageError(f"unsupported engine {name!r} (supported: sglang)")
+    if version:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as installed_version
+
+        try:
+            have = installed_version("sglang")
+        except PackageNotFoundError:
+            raise UsageError("SGLang is not installed in this environment (run through `tox -e check`)") from None
+        if have != version:
+            raise UsageError(f"this environment has sglang {have}, not {version}")
+
+
+def _guard_output(output: str | None, inputs: list[Path]) -> None:
+    if output is None:
+        return
+    out = Path(output).resolve()
+    for d in inputs:
+        d = d.resolve()
+        if out == d or d in out.parents:
+            raise UsageError(f"{output}: refusing to write inside the checkpoint directory {d}")
+
+
+def _run_check(args) -> int:
+    from contracts.registry import select
+    from contracts.report import exit_code, render
+    from contracts.subject import Subject, report
+
+    _check_engine(args.engine)
+    only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
+    try:
+        select(only)
+    except KeyError as e:
+        raise UsageError(str(e.args[0])) from None
+    if args.examples:
+        from contracts.bundled import bundled_subjects
+
+        subjects = [Subject(name, ckpt, target) for name, ckpt, target in bundled_subjects()]
+        if not subjects:
+            raise UsageError("no bundled examples (fixtures/manifest.json) next to this installation")
+    else:
+        if not args.checkpoint:
+            raise UsageError("check: give a CHECKPOINT directory (or --examples)")
+        subjects = [Subject(args.checkpoint, args.checkpoint, args.target)]
+    _guard_output(args.output, [s.checkpoint_path for s in subjects]
+                  + [s.target_path for s in subjects if s.target_path])
+    for s in subjects:  # validate every input before any engine work
+        s.checkpoint, s.target  # noqa: B018
+    reports = []
+    for s in subjects:
+        rep = report(s, only)
+        if args.examples:
+            rep["name"] = s.name
+        reports.append(rep)
+    text = render(reports, args.format)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return exit_code(reports, args.strict)
+
+
+def _run_convert(args) -> int:
+    from contracts.convert import convert_to_sglang
+
+    dst = convert_to_sglang(args.src, args.dst, link=not args.copy)
+    print(f"wrote {dst / 'config.json'} (tensors {'copied' if args.copy else 'linked'} unchanged from {args.src})",
+          file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return _run_check(args) if args.command == "check" else _run_convert(args)
+    except (InputError, UsageError) as e:
+        print(f"eagle3-contracts: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug in this suite, never the user's input: still one line, still exit 2
+        if os.environ.get("EAGLE3_CONTRACTS_DEBUG"):
+            raise
+        print(f"eagle3-contracts: internal error: {type(e).__name__}: {e} (set EAGLE3_CONTRACTS_DEBUG=1 for the "
+              f"traceback and report it)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The conversion a user would otherwise write by hand: a speculators checkpoint (nested config,
+architecture ``Eagle3Speculator``/``Eagle3DraftModel``) into the flat config SGLang reads.
+
+It flattens ``transformer_layer_config``, names SGLang's draft class, puts the aux layer ids under
+``eagle_config`` verbatim, and carries over every key that changes the math (norm flags, rope, dtype) so
+the contracts can judge whether the engine honours them. It renames no tensor and changes no value:
+finding naming and semantic mismatches is the contracts' job, not the converter's. SRC is never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint, InputError
+
+SGLANG_DRAFT_ARCH = "LlamaForCausalLMEagle3"
+# Top-level speculators keys that change the draft's math; carried over verbatim when present.
+MATH_KEYS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "use_aux_norm",
+             "draft_vocab_size", "tie_word_embeddings", "head_dim", "bias")
+ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings")
+DTYPE_KEYS = ("dtype", "torch_dtype")
+
+
+def speculators_to_sglang_config(cfg: dict) -> dict:
+    """The flat SGLang config for a speculators config (pure function of the nested config)."""
+    layer = cfg.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise InputError("config.json: speculators config without a transformer_layer_config object")
+    flat = dict(layer)
+    flat["architectures"] = [SGLANG_DRAFT_ARCH]
+    flat.setdefault("model_type", "llama")
+    for key in MATH_KEYS + ROPE_KEYS:
+        if cfg.get(key) is not None:
+            flat[key] = cfg[key]
+    for key in DTYPE_KEYS:
+        value = cfg.get(key) or layer.get(key)
+        if value is not None:
+            flat[key] = value
+    target_hidden = cfg.get("target_hidden_size")
+    if target_hidden is not None and target_hidden != flat.get("hidden_size"):
+        flat["target_hidden_size"] = target_hidden
+    eagle_config = {}
+    ids = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if ids is not None:
+        eagle_config["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    if eagle_config:
+        flat["eagle_config"] = eagle_config
+    return flat
+
+
+def convert_to_sglang(src, dst, *, link: bool = True) -> Path:
+    """Write the SGLang-loadable copy of speculators checkpoint SRC into DST (new or empty directory).
+
+    Weight and other files are symlinked (or copied with ``link=False``) unchanged; only config.json
+    is new. Raises InputError for anything it cannot convert, before writing anything.
+    """
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    ckpt = Checkpoint.open(src)
+    if ckpt.trainer_format != "speculators":
+        raise InputError(f"{src}: not a speculators checkpoint (its config is already flat); nothing to convert")
+    if dst == src or src in dst.parents:
+        raise InputError(f"{dst}: the destination must be outside the source checkpoint")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise InputError(f"{dst}: destination exists and is not an empty directory")
+    flat = speculators_to_sglang_config(ckpt.config)
+    dst.mkdir(parents=True, exist_ok=True)
+    for item in sorted(src.iterdir()):
+        if item.name == "config.json" or not item.is_file():
+            continue
+        target = dst / item.name
+        if link:
+            try:
+                os.symlink(item, target)
+                continue
+            except OSError:
+                pass
+        shutil.copy2(item, target)
+    (dst / "config.json").write_text(json.dumps(flat, indent=2, sort_keys=True) + "\n")
+    return dst

@@ -1,0 +1,8 @@
+"""SGLang adapter: the engine's own config handling, draft class, ``load_weights`` and wiring, on a CPU.
+
+Entry points return plain observations (``contracts.observations``); shims live in ``shims.py``.
+"""
+
+from contracts.engines.sglang.loader import EngineBuildError, observe_load, resolve_dtype
+
+__all__ = ["EngineBuildError", "observe_load", "resolve_dtype"]

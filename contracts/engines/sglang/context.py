@@ -1,0 +1,68 @@
+"""SGLang's process context on a CPU: the distributed world of one rank and the published server
+topology its layers read at construction (without it: ``parallel name 'pp_group' has not been written in
+this process``). One context per process, made on first use; safe under pytest-xdist because every
+process binds its own free loopback port instead of a fixed one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import warnings
+
+_lock = threading.Lock()
+_ready = False
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _quiet() -> None:
+    """SGLang logs and warns about every CUDA-only module it skips on a CPU; none of it is about the draft."""
+    os.environ.setdefault("SGLANG_LOGGING_LEVEL", "ERROR")
+    for name in ("sglang", "sglang.srt", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"sglang\..*")
+    warnings.filterwarnings("ignore", message=r".*(CUDA|HIP|XPU|MUSA|NPU).*")
+
+
+def ensure_context() -> None:
+    """Import SGLang with the documented shims and publish a one-rank CPU context (idempotent)."""
+    global _ready
+    with _lock:
+        if _ready:
+            return
+        _quiet()
+        from contracts.engines.sglang import shims
+
+        shims.install()
+        import torch
+        from sglang.srt.distributed import parallel_state
+        from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
+        from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish, reset_context
+        from sglang.srt.server_args import ServerArgs
+
+        shims.select_torch_native_rotary()
+        _quiet()  # SGLang's import installs its own handlers; quiet them again
+        if not torch.distributed.is_initialized():
+            init_distributed_environment(
+                world_size=1, rank=0, local_rank=0, backend="gloo",
+                distributed_init_method=f"tcp://127.0.0.1:{_free_loopback_port()}",
+            )
+        reset_context()
+        publish(ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1), role="test",
+                ranks=SpawnRanks(world_rank=0))
+        get_parallel().override_permanently(world_group=parallel_state._WORLD)
+        initialize_model_parallel(backend="gloo")
+        _ready = True
+
+
+def engine_version() -> str:
+    from importlib.metadata import version
+
+    return version("sglang")

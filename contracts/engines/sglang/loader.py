@@ -1,0 +1,231 @@
+"""Build SGLang's own draft model for a checkpoint directory and trace its own ``load_weights``.
+
+Contract served: ``key-naming`` / ``tensor-shapes``. SGLang's ``LlamaForCausalLMEagle3.load_weights``
+returns None and silently skips every name it cannot match (in 0.5.3 all ten ``layers.0.*`` tensors of a
+speculators draft were dropped and seven parameters stayed random while the server started). Nothing
+here re-implements that loader: the model is built through SGLang's ``ModelConfig`` and model registry,
+every parameter is filled with a NaN sentinel, every parameter's weight loader is wrapped to record which
+checkpoint key reached it (and what it raised), and the keys are fed through a generator that knows which
+key is current. A key that reached no loader and no side channel was dropped; a parameter still holding
+the sentinel was never written.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint
+from contracts.engines.sglang.context import engine_version, ensure_context
+from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
+from contracts.renames import candidate_names, config_switches
+
+# The engine wiring that overwrites a draft parameter from the target after loading (0.5.23:
+# ``EagleDraftWorker.init_lm_head`` always calls ``set_embed``; ``set_embed_and_head`` when the draft
+# sets ``load_lm_head_from_target``). The embed-head contract observes whether it really happens.
+EMBED_PARAM = "model.embed_tokens.weight"
+HEAD_PARAM = "lm_head.weight"
+
+CONFIG_SUMMARY_KEYS = (
+    "architectures", "model_type", "hidden_size", "target_hidden_size", "num_hidden_layers", "vocab_size",
+    "draft_vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+    "tie_word_embeddings", "eagle_config", "num_aux_hidden_states", "norm_before_fc", "fc_norm", "norm_output",
+    "norm_before_residual", "bias", "rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings",
+)
+
+
+class EngineBuildError(Exception):
+    """SGLang itself refused to build the draft model for this config."""
+
+
+def model_config(engine_dir: Path):
+    """The draft's ``ModelConfig`` made by SGLang's own config handling (as for ``--speculative-draft-model-path``)."""
+    ensure_context()
+    from sglang.srt.configs.model_config import ModelConfig
+
+    try:
+        return ModelConfig(str(engine_dir), is_draft_model=True, speculative_algorithm="EAGLE3",
+                           trust_remote_code=False)
+    except Exception as e:  # the engine's own refusal is the observation
+        raise EngineBuildError(f"SGLang's ModelConfig rejected the draft config: {type(e).__name__}: {e}") from None
+
+
+def resolve_dtype(config: dict) -> str:
+    """The dtype SGLang runs a model in under ``--dtype auto``, by its own rule (float32 configs run in float16)."""
+    ensure_context()
+    from sglang.srt.configs.model_config import _get_and_verify_dtype
+
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    if not (config.get("dtype") or config.get("torch_dtype")) and (text.get("dtype") or text.get("torch_dtype")):
+        config = text
+    return str(_get_and_verify_dtype(config, "auto")).removeprefix("torch.")
+
+
+def build_model(mc, overrides: dict | None = None, device: str = "cpu"):
+    """Construct the engine's draft class the way its model loader does (registry, default dtype, device)."""
+    import torch
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader.loader import _initialize_model
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+
+    if overrides:
+        mc = copy.copy(mc)
+        mc.hf_config = copy.deepcopy(mc.hf_config)
+        for k, v in overrides.items():
+            setattr(mc.hf_config, k, v)
+    try:
+        with set_default_torch_dtype(mc.dtype), torch.device(device):
+            return _initialize_model(mc, LoadConfig())
+    except Exception as e:
+        raise EngineBuildError(f"SGLang could not build the draft model: {type(e).__name__}: {e}") from None
+
+
+class _LoadTracer:
+    """Wraps every parameter's weight loader and the weights iterable of one model."""
+
+    def __init__(self, model):
+        self.model = model
+        self.current: TensorFate | None = None
+        self.params = dict(model.named_parameters())
+        for name, param in self.params.items():
+            param.weight_loader = self._wrap(name, self._original_loader(param))
+
+    @staticmethod
+    def _original_loader(param):
+        from sglang.srt.model_loader.weight_utils import default_weight_loader
+
+        return getattr(param, "weight_loader", default_weight_loader)
+
+    def _wrap(self, name, original):
+        def traced(param, loaded_weight, *args, **kwargs):
+            shard = args[0] if args else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
+            call = LoadCall(param=name, shard=None if shard is None else str(shard))
+            try:
+                original(param, loaded_weight, *args, **kwargs)
+            except Exception as e:  # the engine's own shape/dtype assertion: record it, keep loading
+                call.error = f"{type(e).__name__}: {e}".strip()
+            if self.current is not None:
+                self.current.calls.append(call)
+
+        return traced
+
+    def feed(self, items, fates: dict[str, TensorFate]):
+        for key, tensor in items:
+            self.current = fates[key]
+            before = getattr(self.model, "hot_token_id", None)
+            yield key, tensor
+            if getattr(self.model, "hot_token_id", None) is not before:
+                self.current.side_channel = "hot_token_id"
+        self.current = None
+
+    def load(self, items, fates) -> str | None:
+        try:
+            self.model.load_weights(self.feed(items, fates))
+        except Exception as e:
+            where = f" (while loading {self.current.key})" if self.current is not None else ""
+            return f"{type(e).__name__}: {e}{where}"
+        finally:
+            self.current = None
+        return None
+
+
+def _fill_sentinel(model) -> None:
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.fill_(float("nan"))
+
+
+def _unwritten_fraction(p) -> float:
+    import torch
+
+    if not p.is_floating_point() or p.numel() == 0:
+        return 0.0
+    return float(torch.isnan(p.detach()).float().mean())
+
+
+def _config_summary(hf_config) -> dict:
+    out = {}
+    for key in CONFIG_SUMMARY_KEYS:
+        if hasattr(hf_config, key):
+            value = getattr(hf_config, key)
+            out[key] = value if isinstance(value, (int, float, str, bool, list, dict, type(None))) else str(value)
+    return out
+
+
+def _probe(model, key: str, candidate: str, tensor) -> list[str]:
+    """Feed one tensor under ``candidate`` into the engine's load_weights; the params it reached without error."""
+    fate = TensorFate(key=candidate, shape=list(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."))
+    tracer = _LoadTracer(model)
+    tracer.load([(candidate, tensor)], {candidate: fate})
+    return fate.reached
+
+
+def observe_load(engine_dir, *, probe_fixes: bool = True) -> LoadObservation:
+    """Everything the engine's own construction and ``load_weights`` did with the checkpoint in ENGINE_DIR.
+
+    ENGINE_DIR holds the config in the form SGLang reads (see ``contracts.convert``) and the tensors.
+    Raises ``EngineBuildError`` when SGLang refuses the config or cannot build the draft class.
+    """
+    engine_dir = Path(engine_dir)
+    ckpt = Checkpoint.open(engine_dir)
+    mc = model_config(engine_dir)
+    model = build_model(mc)
+    _fill_sentinel(model)
+    tracer = _LoadTracer(model)
+    fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
+    load_error = tracer.load(ckpt.iter_tensors(), fates)
+
+    head_from_target = bool(getattr(model, "load_lm_head_from_target", False))
+    params = []
+    for name, p in tracer.params.items():
+        shared = None
+        if name == EMBED_PARAM:
+            shared = "set_embed_and_head" if head_from_target else "set_embed"
+        elif name == HEAD_PARAM and head_from_target:
+            shared = "set_embed_and_head"
+        params.append(ParamState(name=name, shape=list(p.shape), dtype=str(p.dtype).removeprefix("torch."),
+                                 unwritten_fraction=_unwritten_fraction(p), shared_from_target=shared))
+
+    hot = getattr(model, "hot_token_id", None)
+    observation = LoadObservation(
+        engine={"name": "sglang", "version": engine_version()},
+        draft_class=type(model).__name__,
+        config=_config_summary(mc.hf_config),
+        model_dtype=str(mc.dtype).removeprefix("torch."),
+        tensors=list(fates.values()),
+        params=params,
+        load_error=load_error,
+        hot_token_id=None if hot is None else [int(x) for x in hot.tolist()],
+    )
+    dropped = [f.key for f in fates.values() if f.dropped]
+    if probe_fixes and dropped:
+        observation.probes = _probe_fixes(mc, ckpt, dropped)
+    return observation
+
+
+def _probe_fixes(mc, ckpt: Checkpoint, dropped: list[str]) -> list[RenameProbe]:
+    """Ask the engine which renames or config switches would make it load each dropped tensor."""
+    probes = []
+    present = set(ckpt.tensors)
+    model = build_model(mc)
+    tensors = {key: ckpt.load_tensor(key) for key in dropped}
+    for key in dropped:
+        for candidate in candidate_names(key):
+            reached = _probe(model, key, candidate, tensors[key])
+            if reached:
+                probes.append(RenameProbe(key=key, candidate=candidate, config_change=None, reached=reached))
+                if candidate not in present:
+                    break
+    for switch in config_switches(dropped, int(getattr(mc.hf_config, "num_hidden_layers", 1))):
+        try:
+            switched = build_model(mc, switch)
+        except Exception:
+            continue
+        for key in dropped:
+            reached = _probe(switched, key, key, tensors[key])
+            if reached:
+                probes.append(RenameProbe(key=key, candidate="", config_change=switch, reached=reached))
+    return probes

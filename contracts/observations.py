@@ -1,0 +1,89 @@
+"""What an engine adapter reports back: plain, JSON-serialisable records of what the engine's own code did.
+
+This is the narrow seam between engines and checks: an adapter fills these from the engine's real code
+(in-process for the pinned engine, or in a subprocess inside another engine version's environment);
+the checks judge them and never import an engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class LoadCall:
+    """One call the engine's ``load_weights`` made into a parameter's weight loader."""
+
+    param: str
+    shard: str | None = None
+    error: str | None = None  # what the engine raised, e.g. its shape assertion
+
+
+@dataclass
+class TensorFate:
+    """What became of one checkpoint tensor inside the engine's ``load_weights``."""
+
+    key: str
+    shape: list[int]
+    dtype: str
+    calls: list[LoadCall] = field(default_factory=list)
+    side_channel: str | None = None  # e.g. "hot_token_id" for d2t
+
+    @property
+    def reached(self) -> list[str]:
+        return [c.param for c in self.calls if c.error is None]
+
+    @property
+    def dropped(self) -> bool:
+        return not self.calls and self.side_channel is None
+
+
+@dataclass
+class ParamState:
+    """One engine parameter after loading: shape, dtype and how much of it the checkpoint wrote."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+    unwritten_fraction: float  # 1.0 = never written (still the NaN sentinel), 0.0 = fully written
+    shared_from_target: str | None = None  # the engine's wiring that replaces it (e.g. "set_embed")
+
+
+@dataclass
+class RenameProbe:
+    """The engine's verdict on one candidate fix for a dropped tensor, obtained by loading it again."""
+
+    key: str
+    candidate: str  # a new tensor name, or "" when the fix is a config change
+    config_change: dict | None
+    reached: list[str]
+
+
+@dataclass
+class LoadObservation:
+    engine: dict  # {"name", "version"}
+    draft_class: str
+    config: dict  # the draft config the engine built the model from (after its own config handling)
+    model_dtype: str
+    tensors: list[TensorFate]
+    params: list[ParamState]
+    load_error: str | None = None  # an exception that escaped load_weights itself
+    probes: list[RenameProbe] = field(default_factory=list)
+    hot_token_id: list[int] | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LoadObservation":
+        d = dict(d)
+        d["tensors"] = [TensorFate(**{**t, "calls": [LoadCall(**c) for c in t["calls"]]}) for t in d["tensors"]]
+        d["params"] = [ParamState(**p) for p in d["params"]]
+        d["probes"] = [RenameProbe(**p) for p in d.get("probes", [])]
+        return cls(**d)
+
+    def fate(self, key: str) -> TensorFate:
+        return next(t for t in self.tensors if t.key == key)
+
+    def param(self, name: str) -> ParamState:
+        return next(p for p in self.params if p.name == name)

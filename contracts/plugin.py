@@ -1,0 +1,126 @@
+"""pytest plugin: ``pytest -m contracts [--checkpoint DIR --target DIR]...`` runs every registered contract
+over every subject, one test item per (contract, subject), ids like ``key-naming[specforge]``.
+
+Subjects: each ``--checkpoint`` (paired in order with ``--target``), else the bundled fixtures when the
+run asks for them (this repository's conftest does). Engine observations are gathered once per subject
+per process and shared by its contracts, so the suite is safe and cheap under pytest-xdist.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.registry import FAIL, SKIP, WARN
+
+_SUBJECTS_KEY = pytest.StashKey[list]()
+_CACHE_KEY = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("eagle3-contracts", "EAGLE-3 draft/engine contracts")
+    group.addoption("--checkpoint", action="append", default=[], metavar="DIR",
+                    help="draft checkpoint to run every contract on (repeatable)")
+    group.addoption("--target", action="append", default=[], metavar="DIR",
+                    help="target model directory for the --checkpoint at the same position (repeatable)")
+    group.addoption("--contracts-only", default=None, metavar="IDS",
+                    help="comma-separated contract ids to run (default: all)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "contracts: a registered contract judged on one subject (checkpoint + target)")
+    checkpoints, targets = config.getoption("checkpoint"), config.getoption("target")
+    if len(targets) > len(checkpoints):
+        raise pytest.UsageError("--target given without a matching --checkpoint")
+    subjects = [(f"{i}-{ckpt.rstrip('/').split('/')[-1]}" if len(checkpoints) > 1 else ckpt.rstrip("/").split("/")[-1],
+                 ckpt, targets[i] if i < len(targets) else None) for i, ckpt in enumerate(checkpoints)]
+    config.stash.setdefault(_SUBJECTS_KEY, [])[:0] = subjects
+    config.stash.setdefault(_CACHE_KEY, {})
+
+
+def add_subjects(config, subjects) -> None:
+    """Add (name, checkpoint, target) subjects unless the user named checkpoints on the command line."""
+    if not config.getoption("checkpoint"):
+        config.stash.setdefault(_SUBJECTS_KEY, []).extend(subjects)
+
+
+class ContractFailed(Exception):
+    pass
+
+
+class ContractItem(pytest.Item):
+    def __init__(self, *, contract_id: str, subject: tuple, **kwargs):
+        super().__init__(**kwargs)
+        self.contract_id = contract_id
+        self.subject_spec = subject
+        self.add_marker("contracts")
+
+    def _subject(self):
+        from contracts.subject import Subject
+
+        cache = self.config.stash[_CACHE_KEY]
+        name, ckpt, target = self.subject_spec
+        if name not in cache:
+            cache[name] = Subject(name, ckpt, target)
+        return cache[name]
+
+    def runtest(self):
+        from contracts.registry import select
+
+        (contract,) = select([self.contract_id])
+        subject = self._subject()
+        results = subject.run([self.contract_id])
+        result = results[0]
+        self.user_properties.append(("result", result.to_dict()))
+        if result.status == FAIL:
+            raise ContractFailed(result)
+        if result.status == SKIP:
+            pytest.skip(result.summary)
+        if result.status == WARN:
+            import warnings
+
+            warnings.warn(f"{contract.id}[{self.subject_spec[0]}]: {result.summary}", UserWarning, stacklevel=1)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, ContractFailed):
+            from contracts.report import _evidence_lines
+
+            result = excinfo.value.args[0]
+            lines = [f"{result.contract} failed on {self.subject_spec[1]}: {result.summary}"]
+            lines += _evidence_lines(result.evidence)
+            if result.fix:
+                lines.append(f"fix: {result.fix}")
+            return "\n".join(lines)
+        from contracts.checkpoint import InputError
+
+        if isinstance(excinfo.value, InputError):
+            return f"unusable input: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.subject_spec[1], None, f"{self.contract_id}[{self.subject_spec[0]}]"
+
+
+class ContractsCollector(pytest.Collector):
+    def collect(self):
+        from contracts.registry import select
+
+        only = self.config.getoption("contracts_only")
+        ids = [c.strip() for c in only.split(",")] if only else None
+        for subject in self.config.stash.get(_SUBJECTS_KEY, []):
+            for contract in select(ids):
+                yield ContractItem.from_parent(self, name=f"{contract.id}[{subject[0]}]",
+                                               contract_id=contract.id, subject=subject)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Append the contract items before marker/keyword selection (``-m contracts``) runs."""
+    if not config.stash.get(_SUBJECTS_KEY, None):
+        return
+    collector = ContractsCollector.from_parent(session, name="contracts", nodeid="contracts")
+    items.extend(collector.collect())
+
+
+def pytest_unconfigure(config):
+    for subject in config.stash.get(_CACHE_KEY, {}).values():
+        subject.close()

@@ -1,0 +1,47 @@
+"""Candidate fixes for a tensor an engine dropped: other names, or config switches, under which the engine
+might load it. Candidates are only guesses; an engine adapter asks the engine itself (by loading the tensor
+again under each candidate) and only what the engine accepts becomes a suggested fix.
+"""
+
+from __future__ import annotations
+
+import re
+
+_LAYER = re.compile(r"(^|\.)(layers\.(\d+)|midlayer)\.")
+
+# Config switches that make an EAGLE-3 draft build extra parameters. Tried when a tensor is dropped;
+# the engine decides whether the switch makes it load (so a switch the engine lacks suggests nothing).
+CONFIG_SWITCHES = (
+    {"norm_before_fc": True},
+    {"fc_norm": True},
+    {"bias": True},
+)
+
+
+def layer_index(key: str) -> int | None:
+    m = _LAYER.search(key)
+    if not m:
+        return None
+    return 0 if m.group(2) == "midlayer" else int(m.group(3))
+
+
+def candidate_names(key: str) -> list[str]:
+    """Names to try for a dropped ``key``: its suffixes without leading prefixes (``model.decoder.fc.weight``
+    → ``fc.weight``) and the two spellings of the first decoder layer (``layers.0.`` / ``midlayer.``)."""
+    parts = key.split(".")
+    suffixes = [".".join(parts[i:]) for i in range(1, len(parts) - 1)]
+    out: list[str] = []
+    for name in [key] + suffixes:
+        for variant in (name, _LAYER.sub(r"\1layers.0.", name, count=1), _LAYER.sub(r"\1midlayer.", name, count=1)):
+            if variant != key and variant not in out:
+                out.append(variant)
+    return out
+
+
+def config_switches(dropped: list[str], num_hidden_layers: int) -> list[dict]:
+    """Config changes worth asking the engine about for these dropped keys."""
+    switches = [dict(s) for s in CONFIG_SWITCHES]
+    deepest = max((layer_index(k) for k in dropped if layer_index(k) is not None), default=None)
+    if deepest is not None and deepest >= num_hidden_layers:
+        switches.append({"num_hidden_layers": deepest + 1})
+    return switches

@@ -1,0 +1,111 @@
+"""Rendering reports (the JSON document of DESIGN.md) as text, JSON, Markdown or JUnit XML."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import xml.etree.ElementTree as ET
+
+from contracts.registry import FAIL, PASS, SKIP, WARN
+
+MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIP: "SKIP"}
+
+
+def exit_code(reports: list[dict], strict: bool = False) -> int:
+    statuses = {r["status"] for rep in reports for r in rep["results"]}
+    return 1 if FAIL in statuses or (strict and WARN in statuses) else 0
+
+
+def _reproduce(rep: dict, contract: str) -> str:
+    cmd = ["eagle3-contracts", "check", rep["checkpoint"]]
+    if rep.get("target"):
+        cmd += ["--target", rep["target"]]
+    return " ".join(shlex.quote(c) for c in cmd + ["--only", contract])
+
+
+def _evidence_lines(evidence: dict) -> list[str]:
+    lines = []
+    for key, value in evidence.items():
+        if value in (None, [], {}, ""):
+            continue
+        text = json.dumps(value, default=str)
+        if len(text) > 400:
+            text = text[:397] + "..."
+        lines.append(f"      {key}: {text}")
+    return lines
+
+
+def table(reports: list[dict]) -> str:
+    """One row per subject, one column per contract."""
+    contracts = []
+    for rep in reports:
+        for r in rep["results"]:
+            if r["contract"] not in contracts:
+                contracts.append(r["contract"])
+    names = [rep.get("name") or rep["checkpoint"] for rep in reports]
+    width = max([len("subject")] + [len(n) for n in names])
+    head = f"{'subject':<{width}}  " + "  ".join(f"{c:<14}" for c in contracts)
+    rows = [head, "-" * len(head)]
+    for name, rep in zip(names, reports):
+        by = {r["contract"]: r["status"] for r in rep["results"]}
+        rows.append(f"{name:<{width}}  " + "  ".join(f"{MARK.get(by.get(c), '-'):<14}" for c in contracts))
+    return "\n".join(rows)
+
+
+def render_text(reports: list[dict]) -> str:
+    out = []
+    for rep in reports:
+        engine = rep["engine"]
+        out.append(f"{rep.get('name') or rep['checkpoint']}  ({rep['trainer_format']} checkpoint, "
+                   f"target {rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
+                   f"{rep['duration_s']:.1f}s)")
+        for r in rep["results"]:
+            out.append(f"  {MARK[r['status']]}  {r['contract']}: {r['summary']}")
+            if r["status"] in (FAIL, WARN):
+                out += _evidence_lines(r["evidence"])
+                if r.get("fix"):
+                    out.append(f"      fix: {r['fix']}")
+                out.append(f"      reproduce: {_reproduce(rep, r['contract'])}")
+        out.append("")
+    if len(reports) > 1:
+        out.append(table(reports))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_markdown(reports: list[dict]) -> str:
+    out = []
+    for rep in reports:
+        out.append(f"### {rep.get('name') or rep['checkpoint']}\n")
+        out.append(f"engine {rep['engine']['name']} {rep['engine']['version']}, {rep['trainer_format']} checkpoint\n")
+        out.append("| contract | status | summary | fix |\n|---|---|---|---|")
+        for r in rep["results"]:
+            cells = [r["contract"], MARK[r["status"]], r["summary"], r.get("fix") or ""]
+            out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_junit(reports: list[dict]) -> str:
+    suites = ET.Element("testsuites", name="eagle3-contracts")
+    for rep in reports:
+        results = rep["results"]
+        suite = ET.SubElement(suites, "testsuite", name=rep.get("name") or rep["checkpoint"],
+                              tests=str(len(results)), failures=str(sum(r["status"] == FAIL for r in results)),
+                              skipped=str(sum(r["status"] == SKIP for r in results)), time=str(rep["duration_s"]))
+        for r in results:
+            case = ET.SubElement(suite, "testcase", classname=suite.get("name"), name=r["contract"])
+            detail = json.dumps({"evidence": r["evidence"], "fix": r.get("fix")}, indent=1, default=str)
+            if r["status"] == FAIL:
+                ET.SubElement(case, "failure", message=r["summary"]).text = detail
+            elif r["status"] == SKIP:
+                ET.SubElement(case, "skipped", message=r["summary"])
+            elif r["status"] == WARN:
+                ET.SubElement(case, "system-out").text = f"WARN: {r['summary']}\n{detail}"
+    return ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def render(reports: list[dict], fmt: str) -> str:
+    if fmt == "json":
+        doc = reports[0] if len(reports) == 1 else reports
+        return json.dumps(doc, indent=2, default=str) + "\n"
+    return {"text": render_text, "markdown": render_markdown, "junit": render_junit}[fmt](reports)

@@ -1,0 +1,252 @@
+"""Build the two speculators 0.9.0 EAGLE-3 draft fixtures with the real library, for the tiny target
+fixtures/targets/llama-tiny (1 draft decoder layer, draft vocab 64, vocab mapping from
+fixtures/vocab/token_freq.json):
+
+  fixtures/drafts/speculators-default  the library's build path with Eagle3SpeculatorConfig's defaults
+      (all norm flags false), `Eagle3DraftModel.from_training_args` (config + model + vocab mapping +
+      embed_tokens / lm_head[t2d] from the verifier), saved fp32 by `save_pretrained`.
+  fixtures/drafts/speculators-train    what `speculators train` builds and writes with its own defaults
+      (norm_before_residual, norm_before_fc and norm_output true, sliding-window llama draft layer),
+      made by the CLI's own pieces: `TrainConfig.resolve` (its argument parser and defaults),
+      `set_seed`, `parse_vocab_mappings`, `build_draft_model`, then the trainer's checkpoint writer
+      `SingleGPUCheckpointer.save_checkpoint` (bf16). The training loop is not run: the weights are
+      the initial ones.
+
+Why: the contract suite judges what these trainers really write (key names, d2t/t2d, dtypes, nested
+config, aux layer ids), so the fixtures come from speculators' own code, not a re-implementation.
+The verifier is named by the repo-relative path `fixtures/targets/llama-tiny` (the process runs from
+the repo root), so no path of the building machine is stored. Seeded and reproducible.
+
+    tox -e fixtures-speculators        (runs contracts.trainers.target first, then this module)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+from contracts.trainers.common import (
+    DRAFT_VOCAB,
+    FIXTURES,
+    REPO_ROOT,
+    SEED,
+    TARGET_DIR,
+    TARGET_GEOMETRY,
+    TARGET_VOCAB,
+    record_fixture,
+    token_frequencies,
+)
+
+VERIFIER = os.path.relpath(TARGET_DIR, REPO_ROOT)  # "fixtures/targets/llama-tiny", stored in config.json
+DRAFTS = FIXTURES / "drafts"
+COMMAND = "tox -e fixtures-speculators"
+KEEP = ("config.json", "model.safetensors")  # everything else a writer leaves behind is dropped
+
+# What speculators means by an aux layer id, read from its sources: the ids go to vLLM's hidden-state
+# capture, which appends `hidden_states + residual` *before* running decoder layer `idx`
+# (vllm/model_executor/models/llama.py); speculators' dflash converter maps z-lab's
+# `hidden_states[layer_id + 1]` to speculators id `layer_id + 1` ("speculators uses the layer id
+# directly"); resolve_target_layer_ids accepts id == num_layers as "the final hidden state".
+AUX_CONVENTION = (
+    "id k = the residual stream entering 0-based target decoder layer k (output of layer k-1), "
+    "i.e. HF output_hidden_states[k]; k = num_hidden_layers means the final hidden state "
+    "(vLLM capture convention; SGLang instead captures hidden_states[k+1] for an explicit id k)"
+)
+
+
+def _clean_dir(directory: Path) -> None:
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+
+
+def _copy_kept(src: Path, dst: Path) -> list[str]:
+    """Copy the checkpoint files into the fixture dir; return the names of the files dropped."""
+    _clean_dir(dst)
+    dropped = []
+    for p in sorted(src.iterdir()):
+        if p.name in KEEP:
+            shutil.copyfile(p, dst / p.name)
+        else:
+            dropped.append(p.name)
+    missing = [n for n in KEEP if not (dst / n).is_file()]
+    if missing:
+        raise RuntimeError(f"speculators wrote no {missing} in {src}")
+    return dropped
+
+
+def _check_no_local_paths(directory: Path, scratch: str) -> None:
+    text = (directory / "config.json").read_text()
+    for bad in (str(REPO_ROOT), scratch, tempfile.gettempdir() + os.sep):
+        if bad in text:
+            raise RuntimeError(f"{directory}/config.json contains a local path ({bad})")
+
+
+def _details(model, functions: list[str], dropped: list[str], **extra) -> dict:
+    import torch
+
+    cfg = model.config
+    d2t = model.d2t
+    selected = (torch.arange(d2t.shape[0]) + d2t).tolist()
+    t2d_ids = torch.nonzero(model.t2d).flatten().tolist()
+    if selected != t2d_ids:
+        raise RuntimeError("speculators' d2t and t2d disagree")
+    return dict(
+        selected_target_ids=selected,
+        aux_layer_ids=list(cfg.eagle_aux_hidden_state_layer_ids),
+        aux_layer_convention=AUX_CONVENTION,
+        config_flags={k: getattr(cfg, k) for k in
+                      ("norm_before_residual", "norm_before_fc", "norm_output", "fc_norm")},
+        verifier_name_or_path=cfg.speculators_config.verifier.name_or_path,
+        functions_called=functions,
+        files_dropped=dropped,
+        **extra,
+    )
+
+
+def build_default(scratch: Path) -> dict:
+    """The library's build path with the config class's defaults, saved by save_pretrained (fp32)."""
+    import torch
+    import transformers
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+
+    torch.manual_seed(SEED)
+    d2t, t2d = build_vocab_mappings_from_distribution(
+        token_freq_dict=token_frequencies(), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB,
+    )
+    # One decoder layer of the target's geometry (LlamaConfig defaults otherwise).
+    layer_config = transformers.LlamaConfig(**{**TARGET_GEOMETRY, "num_hidden_layers": 1})
+    defaults = Eagle3SpeculatorConfig.model_fields
+    model = Eagle3DraftModel.from_training_args(
+        verifier_config=layer_config,
+        t2d=t2d,
+        d2t=d2t,
+        verifier_name_or_path=VERIFIER,
+        draft_vocab_size=DRAFT_VOCAB,
+        # required keyword of from_training_args; the config class's default (False)
+        norm_before_residual=defaults["norm_before_residual"].default,
+        # required keyword; GreedyTokenProposalConfig's default speculative_tokens (5)
+        ttt_steps=GreedyTokenProposalConfig.model_fields["speculative_tokens"].default,
+        # norm_before_fc / fc_norm / norm_output / embed_requires_grad / target_layer_ids left
+        # unset: from_training_args falls back to False / False / False / False / the default ids.
+    )
+    out = scratch / "default"
+    model.save_pretrained(out)
+    directory = DRAFTS / "speculators-default"
+    dropped = _copy_kept(out, directory)
+    _check_no_local_paths(directory, str(scratch))
+    return _details(
+        model,
+        [
+            "speculators.train.vocab_mapping.build_vocab_mappings_from_distribution",
+            "speculators.models.eagle3.core.Eagle3DraftModel.from_training_args",
+            "speculators.models.utils.resolve_target_layer_ids",
+            "speculators.models.eagle3.config.Eagle3SpeculatorConfig",
+            "speculators.config.VerifierConfig.from_pretrained",
+            "speculators.models.eagle3.core.Eagle3DraftModel.__init__",
+            "speculators.model.DraftVocabMixin.load_vocab_mappings",
+            "speculators.models.eagle3.core.Eagle3DraftModel.load_verifier_weights",
+            "transformers.PreTrainedModel.save_pretrained",
+        ],
+        dropped,
+        dtype="float32",
+        build="Eagle3SpeculatorConfig defaults; transformer_layer_config = "
+              "transformers.LlamaConfig(target geometry, num_hidden_layers=1)",
+        ttt_steps=GreedyTokenProposalConfig.model_fields["speculative_tokens"].default,
+    )
+
+
+def build_train(scratch: Path) -> dict:
+    """`speculators train`'s defaults and model build, written by its trainer's checkpoint writer."""
+    import torch
+    from speculators.model import SpeculatorModel
+    from speculators.train.checkpointer import SingleGPUCheckpointer
+    from speculators.train.cli import build_draft_model, parse_vocab_mappings, set_seed
+    from speculators.train.config import TrainConfig
+
+    data = scratch / "train-data"
+    data.mkdir()
+    # The CLI reads token frequencies as a torch.save'd {token_id: count} dict (save_token_frequency_
+    # distribution's format) and builds d2t/t2d from it with build_vocab_mappings_from_distribution.
+    torch.save(dict(sorted(token_frequencies().items())), data / "token_freq.pt")
+    argv = [
+        "--verifier-name-or-path", VERIFIER,
+        "--data-path", str(data),
+        "--save-path", str(scratch / "train-ckpt"),
+        "--draft-vocab-size", str(DRAFT_VOCAB),
+        "--seed", str(SEED),
+        # eagle3 never uses the mask token; without it build_draft_model asks the verifier's
+        # tokenizer, which the tiny target does not have.
+        "--mask-token-id", "0",
+    ]
+    cfg = TrainConfig.resolve(argv)
+    args = argparse.Namespace(**cfg.flatten())  # what speculators.train.cli.main does
+    set_seed(args.seed, args.deterministic_cuda)
+    d2t, t2d, draft_vocab_size = parse_vocab_mappings(args)
+    model_class = SpeculatorModel.registry[args.speculator_type]
+    model = build_draft_model(args, model_class, t2d, d2t, draft_vocab_size)
+    # The trainer saves through its checkpointer with the default float_dtype (bf16), no optimizer here.
+    checkpointer = SingleGPUCheckpointer(scratch / "train-ckpt")
+    checkpointer.save_checkpoint(model, [], 0)
+    directory = DRAFTS / "speculators-train"
+    dropped = _copy_kept(scratch / "train-ckpt" / "0", directory)
+    _check_no_local_paths(directory, str(scratch))
+    flags = {k: getattr(args, k) for k in (
+        "speculator_type", "num_layers", "draft_arch", "draft_hidden_act", "sliding_window",
+        "full_attention_indices", "draft_attn_impl", "target_layer_ids", "norm_before_residual",
+        "norm_before_fc", "fc_norm", "norm_output", "embed_requires_grad", "ttt_steps",
+        "hidden_states_dtype", "seed")}
+    return _details(
+        model,
+        [
+            "speculators.train.config.TrainConfig.resolve",
+            "speculators.train.cli.set_seed",
+            "speculators.train.cli.parse_vocab_mappings",
+            "speculators.train.cli._generate_vocab_mappings",
+            "speculators.train.vocab_mapping.build_vocab_mappings_from_distribution",
+            "speculators.train.cli.build_draft_model",
+            "speculators.train.cli.create_transformer_layer_config",
+            "speculators.models.eagle3.core.Eagle3DraftModel.from_training_args",
+            "speculators.models.utils.resolve_target_layer_ids",
+            "speculators.model.DraftVocabMixin.load_vocab_mappings",
+            "speculators.models.eagle3.core.Eagle3DraftModel.load_verifier_weights",
+            "speculators.train.checkpointer.SingleGPUCheckpointer.save_checkpoint",
+            "speculators.train.checkpointer.convert_float_dtype",
+            "transformers.PreTrainedModel.save_pretrained",
+            "speculators.train.checkpointer.patch_config_dtype",
+        ],
+        dropped,
+        dtype="bfloat16",
+        cli_argv=["speculators", "train", *[a if a not in (str(data), str(scratch / "train-ckpt"))
+                                             else "<scratch>" for a in argv]],
+        cli_resolved=flags,
+    )
+
+
+def main() -> None:
+    os.chdir(REPO_ROOT)  # VERIFIER is relative to the repo root
+    from speculators.version import version as speculators_version  # the package has no __version__
+
+    warnings.filterwarnings("ignore", message=".*target-layer-ids is not explicitly set.*")
+    DRAFTS.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="speculators-fixtures-") as tmp:
+        scratch = Path(tmp)
+        for name, build in (("speculators-default", build_default), ("speculators-train", build_train)):
+            details = build(scratch)
+            entry = record_fixture(
+                name, DRAFTS / name, trainer="speculators", trainer_version=speculators_version,
+                command=COMMAND, **details,
+            )
+            print(f"{name}: {entry['path']} {json.dumps(entry['files'])}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Shared test fixtures: the bundled trainer-built drafts, and broken copies of them made in tmp dirs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures"
+TARGET = FIXTURES / "targets" / "llama-tiny"
+DRAFTS = {
+    "specforge": FIXTURES / "drafts" / "specforge",
+    "speculators-default": FIXTURES / "drafts" / "speculators-default",
+    "speculators-train": FIXTURES / "drafts" / "speculators-train",
+}
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    """sha256 of every file (and the set of names) under ``path``: to prove nothing was written there."""
+    out = {}
+    for p in sorted(Path(path).rglob("*")):
+        rel = str(p.relative_to(path))
+        out[rel] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out
+
+
+def make_copy(src: Path, dst: Path, *, add=None, remove=(), replace=None, config=None) -> Path:
+    """A copy of checkpoint ``src`` at ``dst`` with tensors added / removed / replaced and config keys changed.
+
+    Tensors are written with safetensors, like a trainer would; ``config`` maps keys to new values
+    (``None`` deletes the key).
+    """
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    weights = dst / "model.safetensors"
+    tensors = load_file(weights)
+    for key in remove:
+        del tensors[key]
+    tensors.update(replace or {})
+    tensors.update(add or {})
+    save_file({k: v.contiguous() for k, v in tensors.items()}, weights, metadata={"format": "pt"})
+    if config:
+        cfg = json.loads((dst / "config.json").read_text())
+        for k, v in config.items():
+            if v is None:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    return dst
+
+
+@pytest.fixture
+def broken(tmp_path):
+    """``broken("specforge", add={...}, remove=[...], replace={...}, config={...})`` → a modified copy."""
+    counter = iter(range(1000))
+
+    def factory(name: str, **changes) -> Path:
+        return make_copy(DRAFTS[name], tmp_path / f"{name}-{next(counter)}", **changes)
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def run_contract():
+    """Run one contract on a checkpoint dir with the pinned engine, in-process; returns the Result."""
+    from contracts.subject import Subject
+
+    def run(checkpoint, contract_id, target=TARGET):
+        subject = Subject(Path(checkpoint).name, checkpoint, target)
+        try:
+            (result,) = subject.run([contract_id])
+            return result
+        finally:
+            subject.close()
+
+    return run
