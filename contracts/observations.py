@@ -17,6 +17,7 @@ class LoadCall:
     param: str
     shard: str | None = None
     error: str | None = None  # what the engine raised, e.g. its shape assertion
+    written: int | None = None  # elements of the parameter this call wrote (None: not measured)
 
 
 @dataclass
@@ -32,6 +33,13 @@ class TensorFate:
     @property
     def reached(self) -> list[str]:
         return [c.param for c in self.calls if c.error is None]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
     @property
     def dropped(self) -> bool:

@@ -40,8 +40,9 @@ def _shape_fix(fate, call, param, obs) -> str:
                     f"{want // h_in} aux layers")
         return (f"fc takes {want} inputs in the engine but {have} in the checkpoint: set target_hidden_size "
                 f"to the target's hidden size and list the aux layer ids the draft was trained on")
-    return (f"`{fate.key}` has shape {fate.shape} but the engine's {param.name} expects {param.shape}: the config's "
-            f"sizes (hidden_size, intermediate_size, heads, head_dim, vocab sizes) must describe the saved tensors")
+    where = f"shard {call.shard} of {param.name} {param.shape}" if call.shard is not None else f"{param.name} {param.shape}"
+    return (f"`{fate.key}` has shape {fate.shape} and does not fit {where}: the config's sizes (hidden_size, "
+            f"intermediate_size, heads, head_dim, vocab sizes) must describe the saved tensors")
 
 
 @contract("tensor-shapes", "every consumed tensor fits its parameter's shape; dtypes agree with the draft config "
@@ -57,6 +58,15 @@ def check_tensor_shapes(subject) -> Result:
                 mismatches.append({"tensor": fate.key, "checkpoint_shape": fate.shape, "param": call.param,
                                    "param_shape": param.shape if param else None, "shard": call.shard,
                                    "engine_error": call.error})
+                if param:
+                    fixes.append(_shape_fix(fate, call, param, obs))
+            elif call.written is not None and call.written != fate.numel:
+                verb = "padded" if call.written > fate.numel else "truncated"
+                mismatches.append({"tensor": fate.key, "checkpoint_shape": fate.shape, "param": call.param,
+                                   "param_shape": param.shape if param else None, "shard": call.shard,
+                                   "engine_error": None,
+                                   "silently": f"{verb}: {fate.numel} values in the checkpoint, {call.written} "
+                                               f"written by the engine"})
                 if param:
                     fixes.append(_shape_fix(fate, call, param, obs))
             elif param and param.dtype in FLOAT_DTYPES and fate.dtype not in FLOAT_DTYPES:
@@ -81,7 +91,9 @@ def check_tensor_shapes(subject) -> Result:
         problems = []
         if mismatches:
             problems.append(f"{len(mismatches)} tensor(s) do not fit their engine parameter: " + ", ".join(
-                f"`{m['tensor']}` {m['checkpoint_shape']} → {m['param']} {m['param_shape']}" for m in mismatches))
+                f"`{m['tensor']}` {m['checkpoint_shape']} → {m['param']} {m['param_shape']}"
+                + (f" shard {m['shard']}" if m["shard"] is not None else "")
+                + (f" (silently {m['silently']})" if m.get("silently") else "") for m in mismatches))
         if casts:
             problems.append(f"{len(casts)} integer/bool tensor(s) cast into float weights: " + ", ".join(
                 f"`{c['tensor']}` ({c['dtype']}) → {c['param']}" for c in casts))

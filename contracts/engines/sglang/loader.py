@@ -98,12 +98,27 @@ class _LoadTracer:
 
     def _wrap(self, name, original):
         def traced(param, loaded_weight, *args, **kwargs):
+            import torch
+
             shard = args[0] if args else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
             call = LoadCall(param=name, shard=None if shard is None else str(shard))
+            # Measure the region this one call writes: sentinel the whole parameter, call the engine's
+            # loader, count what it overwrote, then put back everything it did not touch. A region whose
+            # size differs from the tensor's is a silent pad or truncation by the engine.
+            tracked = param.is_floating_point()
+            if tracked:
+                with torch.no_grad():
+                    before = param.data.clone()
+                    param.data.fill_(float("nan"))
             try:
                 original(param, loaded_weight, *args, **kwargs)
             except Exception as e:  # the engine's own shape/dtype assertion: record it, keep loading
                 call.error = f"{type(e).__name__}: {e}".strip()
+            if tracked:
+                with torch.no_grad():
+                    untouched = torch.isnan(param.data)
+                    call.written = int((~untouched).sum())
+                    param.data[untouched] = before[untouched]
             if self.current is not None:
                 self.current.calls.append(call)
 

@@ -1,0 +1,190 @@
+"""The CLI's interface (DESIGN.md): exit codes, the JSON document, and bad input → one line, exit 2,
+nothing written."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from contracts.cli import main
+from tests.conftest import DRAFTS, TARGET, tree_digest
+
+H = 64
+
+
+def run_cli(capsys, *args):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_json_document_has_the_documented_shape(capsys):
+    code, out, err = run_cli(capsys, "check", DRAFTS["specforge"], "--target", TARGET, "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc) == {"checkpoint", "target", "engine", "trainer_format", "results", "duration_s"}
+    assert doc["engine"] == {"name": "sglang", "version": "0.5.23"}
+    assert doc["trainer_format"] == "specforge"
+    assert [r["contract"] for r in doc["results"]] == ["key-naming", "tensor-shapes"]
+    for r in doc["results"]:
+        assert set(r) == {"contract", "status", "summary", "evidence", "fix"}
+        assert r["status"] in ("pass", "fail", "warn", "skip")
+
+
+def test_converted_speculators_checkpoint_is_judged_and_reported_as_speculators(capsys):
+    code, out, _ = run_cli(capsys, "check", DRAFTS["speculators-default"], "--format", "json", "--only", "key-naming")
+    doc = json.loads(out)
+    assert code == 0 and doc["trainer_format"] == "speculators"
+    assert doc["results"][0]["status"] == "pass"
+
+
+def test_failing_contract_exits_1_with_evidence_and_reproduce_line(capsys, broken):
+    path = broken("specforge", replace={"fc.weight": torch.randn(H, 2 * H)})
+    code, out, err = run_cli(capsys, "check", path, "--target", TARGET)
+    assert code == 1 and err == ""
+    assert "FAIL  tensor-shapes" in out
+    assert "fix: fc takes 3 × 64 = 192 inputs" in out
+    assert f"reproduce: eagle3-contracts check {path} --target {TARGET} --only tensor-shapes" in out
+
+
+def test_only_selects_contracts_and_output_writes_a_file(capsys, broken, tmp_path):
+    path = broken("specforge", add={"model.decoder.fc.weight": torch.randn(H, 3 * H)})
+    report = tmp_path / "report.json"
+    code, out, _ = run_cli(capsys, "check", path, "--only", "key-naming", "--format", "json", "--output", report)
+    assert code == 1 and out == ""
+    doc = json.loads(report.read_text())
+    assert [r["contract"] for r in doc["results"]] == ["key-naming"]
+    assert doc["results"][0]["evidence"]["dropped"] == ["model.decoder.fc.weight"]
+
+
+@pytest.mark.parametrize("fmt,marker", [("markdown", "| key-naming | PASS |"), ("junit", "<testsuites")])
+def test_other_formats(capsys, fmt, marker):
+    code, out, _ = run_cli(capsys, "check", DRAFTS["specforge"], "--format", fmt)
+    assert code == 0 and marker in out
+
+
+def test_strict_turns_warnings_into_exit_1(capsys):
+    # the speculators train draft runs in bf16 while the fp32 target runs in fp16 under --dtype auto
+    code, _, _ = run_cli(capsys, "check", DRAFTS["speculators-train"], "--target", TARGET, "--only", "tensor-shapes")
+    assert code == 0
+    code, _, _ = run_cli(capsys, "check", DRAFTS["speculators-train"], "--target", TARGET, "--only", "tensor-shapes",
+                         "--strict")
+    assert code == 1
+
+
+def test_examples_prints_a_table_of_every_bundled_draft(capsys):
+    code, out, _ = run_cli(capsys, "check", "--examples")
+    assert code == 0
+    table = out[out.index("subject"):]
+    for name in DRAFTS:
+        assert name in table
+
+
+def _truncated(tmp_path):
+    d = tmp_path / "truncated"
+    shutil.copytree(DRAFTS["specforge"], d)
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return d
+
+
+def _with_config(tmp_path, text, name):
+    d = tmp_path / name
+    shutil.copytree(DRAFTS["specforge"], d)
+    (d / "config.json").write_text(text)
+    return d
+
+
+def _pickle_only(tmp_path, suffix):
+    d = tmp_path / f"pickle{suffix}"
+    d.mkdir()
+    shutil.copy(DRAFTS["specforge"] / "config.json", d)
+    (d / f"pytorch_model{suffix}").write_bytes(pickle.dumps({"fc.weight": [0.0]}))
+    return d
+
+
+BAD_INPUTS = {
+    "missing directory": (lambda t: t / "nope", "no such directory"),
+    "a file, not a directory": (lambda t: DRAFTS["specforge"] / "config.json", "not a directory"),
+    "no config.json": (lambda t: (t / "empty").mkdir() or t / "empty", "no config.json"),
+    "invalid JSON": (lambda t: _with_config(t, "{not json", "badjson"), "invalid JSON in config.json"),
+    "config not an object": (lambda t: _with_config(t, "[1, 2]", "list"), "must be a JSON object"),
+    "duplicate config key": (lambda t: _with_config(t, '{"a": 1, "a": 2}', "dup"), "key 'a' appears twice"),
+    "truncated safetensors": (_truncated, "truncated"),
+    "pickle .bin": (lambda t: _pickle_only(t, ".bin"), "never unpickles"),
+    "pickle .pt": (lambda t: _pickle_only(t, ".pt"), "never unpickles"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_nothing_written(case, tmp_path, capsys):
+    make, expected = BAD_INPUTS[case]
+    path = make(tmp_path)
+    watched = path if path.is_dir() else path.parent
+    before = tree_digest(watched) if watched.exists() else None
+    code, out, err = run_cli(capsys, "check", path, "--target", TARGET)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("eagle3-contracts: error: ") and expected in err
+    assert "Traceback" not in err
+    if before is not None:
+        assert tree_digest(watched) == before
+
+
+def test_bad_target_is_exit_2(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "check", DRAFTS["specforge"], "--target", tmp_path / "missing")
+    assert code == 2 and "no such directory" in err
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--only", "no-such-contract"], "unknown contract id(s): no-such-contract"),
+    (["--engine", "vllm"], "unsupported engine 'vllm'"),
+    (["--engine", "sglang==0.5.3"], "this environment has sglang 0.5.23, not 0.5.3"),
+    (["--format", "yaml"], "invalid choice"),
+])
+def test_bad_invocation_is_exit_2(args, expected, capsys):
+    code, out, err = run_cli(capsys, "check", DRAFTS["specforge"], *args)
+    assert code == 2 and out == "" and expected in err and err.count("\n") == 1
+
+
+def test_output_inside_the_checkpoint_is_refused(capsys, broken):
+    path = broken("specforge")
+    before = tree_digest(path)
+    code, _, err = run_cli(capsys, "check", path, "--output", path / "report.txt")
+    assert code == 2 and "refusing to write inside the checkpoint directory" in err
+    assert tree_digest(path) == before
+
+
+def test_checkpoint_directory_is_never_written(capsys, broken):
+    """Also for a speculators draft (judged through a converted copy) and on failure."""
+    path = broken("speculators-default", add={"layers.1.mlp.up_proj.weight": torch.randn(128, H)})
+    before = tree_digest(path)
+    path.chmod(0o555)
+    try:
+        code, _, _ = run_cli(capsys, "check", path, "--target", TARGET)
+    finally:
+        path.chmod(0o755)
+    assert code == 1
+    assert tree_digest(path) == before
+
+
+def test_console_script_runs_in_a_fresh_process():
+    """The installed entry point, end to end (import, engine context, exit code)."""
+    proc = subprocess.run([sys.executable, "-m", "contracts.cli", "check", str(DRAFTS["specforge"]), "--only",
+                           "key-naming"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "PASS  key-naming" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_console_script_bad_input_has_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "contracts.cli", "check", str(_truncated(tmp_path))],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "truncated" in proc.stderr
