@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
-from contracts.registry import FAIL, Result, select
+from contracts.registry import FAIL, SKIP, Result, select
 
 
 class EngineRefused(Exception):
@@ -76,30 +76,28 @@ class Subject:
             raise EngineRefused(refusal)
         return observation
 
-    @cached_property
-    def target_engine_dtype(self) -> str | None:
-        """The dtype the engine would run the target in (``--dtype auto``), by the engine's own rule."""
-        if self.target is None:
-            return None
-        from contracts.engines.sglang import resolve_dtype
-
-        return resolve_dtype(self.target.config)
-
     def engine_info(self) -> dict:
         from contracts.engines.sglang.context import engine_version
 
         return {"name": self.engine, "version": engine_version()}
 
     def run(self, only: list[str] | None = None) -> list[Result]:
-        results = []
+        results, refused_in = [], None
         for c in select(only):
             try:
                 results.append(c.check(self))
             except EngineRefused as e:
-                results.append(Result(c.id, FAIL, f"the engine cannot build this draft: {e}",
-                                      {"engine_error": str(e)},
-                                      "make config.json name an EAGLE-3 draft class the engine knows "
-                                      "(for SGLang: architectures [\"LlamaForCausalLMEagle3\"])"))
+                # The root cause is reported once, as a failure; contracts that need the same engine
+                # model are skipped with a pointer to it rather than repeating it as failures of their own.
+                if refused_in is None:
+                    refused_in = c.id
+                    results.append(Result(c.id, FAIL, f"the engine cannot build this draft: {e}",
+                                          {"engine_error": str(e)},
+                                          "make config.json name an EAGLE-3 draft class the engine knows "
+                                          "(for SGLang: architectures [\"LlamaForCausalLMEagle3\"])"))
+                else:
+                    results.append(Result(c.id, SKIP, f"not judged: the engine cannot build this draft (see {refused_in})",
+                                          {"engine_error": str(e)}))
         return results
 
     def close(self) -> None:

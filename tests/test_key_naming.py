@@ -108,3 +108,13 @@ def test_unbuildable_config_fails_with_the_engine_error(broken, run_contract):
     result = run_contract(broken("specforge", config={"architectures": ["NoSuchDraftForCausalLM"]}), "key-naming")
     assert result.status == "fail"
     assert "engine cannot build this draft" in result.summary
+
+
+def test_engine_refusal_is_one_root_cause_and_the_rest_skip(broken):
+    from contracts.subject import Subject
+
+    path = broken("specforge", config={"architectures": ["Eagle3DraftModel"]})
+    subject = Subject("refused", path)
+    naming, shapes = subject.run(["key-naming", "tensor-shapes"])
+    assert naming.status == "fail" and "not a registered model" in naming.evidence["engine_error"]
+    assert shapes.status == "skip" and "see key-naming" in shapes.summary

@@ -13,25 +13,8 @@ def test_trainer_drafts_fit(name, run_contract):
     from tests.conftest import DRAFTS
 
     result = run_contract(DRAFTS[name], "tensor-shapes")
-    assert result.status in ("pass", "warn"), result
-    assert result.evidence["shape_errors"] == []
-
-
-def test_specforge_draft_passes_against_a_target_of_its_dtype(tmp_path, run_contract):
-    """The tiny target is float32 (SGLang serves it in float16 under --dtype auto); a bf16 target is clean."""
-    import json
-    import shutil
-
-    from tests.conftest import DRAFTS, TARGET
-
-    target = tmp_path / "target-bf16"
-    target.mkdir()
-    cfg = json.loads((TARGET / "config.json").read_text())
-    cfg["dtype"] = "bfloat16"
-    (target / "config.json").write_text(json.dumps(cfg))
-    result = run_contract(DRAFTS["specforge"], "tensor-shapes", target=target)
     assert result.status == "pass", result
-    shutil.rmtree(target)
+    assert result.evidence["shape_errors"] == []
 
 
 @pytest.mark.parametrize("base", ["specforge", "speculators-default"])

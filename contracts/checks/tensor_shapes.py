@@ -1,5 +1,5 @@
-"""``tensor-shapes``: every consumed tensor fits its engine parameter's shape, and dtypes agree with the
-draft config and the target.
+"""``tensor-shapes``: every consumed tensor fits its engine parameter's shape, and the tensors' dtypes agree
+with the draft config (the draft's serving dtype against the target's is judged by ``config``).
 
 Prevents a draft that cannot load or loads wrongly: an ``fc`` trained on two aux layers (width 2H) where
 the engine builds 3H raises deep inside the server's weight loading; an integer tensor cast into float
@@ -45,8 +45,8 @@ def _shape_fix(fate, call, param, obs) -> str:
             f"intermediate_size, heads, head_dim, vocab sizes) must describe the saved tensors")
 
 
-@contract("tensor-shapes", "every consumed tensor fits its parameter's shape; dtypes agree with the draft config "
-                           "and the target")
+@contract("tensor-shapes", "every consumed tensor fits its parameter's shape; tensor dtypes agree with the "
+                           "draft config")
 def check_tensor_shapes(subject) -> Result:
     obs = subject.load
     params = {p.name: p for p in obs.params}
@@ -74,18 +74,13 @@ def check_tensor_shapes(subject) -> Result:
 
     weight_dtypes = sorted({t.dtype for t in obs.tensors if t.reached and t.dtype in FLOAT_DTYPES})
     declared = _declared_dtype(subject.checkpoint.config)
-    target_engine = subject.target_engine_dtype
     evidence = {"shape_errors": mismatches, "integer_into_float": casts, "weight_dtypes": weight_dtypes,
-                "config_dtype": declared, "engine_model_dtype": obs.model_dtype,
-                "target_engine_dtype": target_engine}
+                "config_dtype": declared, "engine_model_dtype": obs.model_dtype}
 
     warnings = []
     if declared and weight_dtypes and weight_dtypes != [declared]:
         warnings.append(f"weights are {'/'.join(weight_dtypes)} but config.json declares {declared} "
                         f"(the engine casts them to {obs.model_dtype})")
-    if target_engine and obs.model_dtype != target_engine:
-        warnings.append(f"with --dtype auto the engine runs the draft in {obs.model_dtype} but the target in "
-                        f"{target_engine}")
 
     if mismatches or casts:
         problems = []
@@ -101,8 +96,7 @@ def check_tensor_shapes(subject) -> Result:
         return Result("tensor-shapes", FAIL, "; ".join(problems + warnings), evidence, "; ".join(fixes))
     if warnings:
         return Result("tensor-shapes", WARN, "; ".join(warnings), evidence,
-                      "declare in config.json the dtype the draft was trained and saved in, and serve draft and "
-                      "target in one dtype (e.g. --dtype bfloat16)")
+                      "declare in config.json the dtype the draft was trained and saved in")
     consumed = sum(1 for t in obs.tensors if t.reached)
     return Result("tensor-shapes", PASS, f"all {consumed} consumed tensors fit their parameters; weights "
                   f"{'/'.join(weight_dtypes) or '-'}, engine dtype {obs.model_dtype}", evidence)

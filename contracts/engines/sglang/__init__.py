@@ -3,6 +3,6 @@
 Entry points return plain observations (``contracts.observations``); shims live in ``shims.py``.
 """
 
-from contracts.engines.sglang.loader import EngineBuildError, observe_load, resolve_dtype
+from contracts.engines.sglang.loader import EngineBuildError, observe_load
 
-__all__ = ["EngineBuildError", "observe_load", "resolve_dtype"]
+__all__ = ["EngineBuildError", "observe_load"]

@@ -50,17 +50,6 @@ def model_config(engine_dir: Path):
         raise EngineBuildError(f"SGLang's ModelConfig rejected the draft config: {type(e).__name__}: {e}") from None
 
 
-def resolve_dtype(config: dict) -> str:
-    """The dtype SGLang runs a model in under ``--dtype auto``, by its own rule (float32 configs run in float16)."""
-    ensure_context()
-    from sglang.srt.configs.model_config import _get_and_verify_dtype
-
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    if not (config.get("dtype") or config.get("torch_dtype")) and (text.get("dtype") or text.get("torch_dtype")):
-        config = text
-    return str(_get_and_verify_dtype(config, "auto")).removeprefix("torch.")
-
-
 def build_model(mc, overrides: dict | None = None, device: str = "cpu"):
     """Construct the engine's draft class the way its model loader does (registry, default dtype, device)."""
     import torch
