@@ -16,13 +16,17 @@ def manifest() -> dict:
     return json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
 
 
-def bundled_subjects() -> list[tuple[str, Path, Path | None]]:
-    """(name, checkpoint dir, target dir) for every trainer-built draft in the manifest, in a stable order."""
+def bundled_subjects() -> list:
+    """A ``Subject`` for every trainer-built draft in the manifest (with its target and the target ids the
+    trainer's own vocab mapping selected), in a stable order."""
+    from contracts.subject import Subject
+
     entries = manifest()
     root = FIXTURES.parent
     out = []
     for name, entry in sorted(entries.items()):
         if entry.get("trainer") in (None, "transformers") or "target" not in entry:
             continue
-        out.append((name, root / entry["path"], root / entries[entry["target"]]["path"]))
+        out.append(Subject(name, root / entry["path"], root / entries[entry["target"]]["path"],
+                           intended_ids=entry.get("selected_target_ids")))
     return out

@@ -90,7 +90,7 @@ def _run_check(args) -> int:
     if args.examples:
         from contracts.bundled import bundled_subjects
 
-        subjects = [Subject(name, ckpt, target) for name, ckpt, target in bundled_subjects()]
+        subjects = bundled_subjects()
         if not subjects:
             raise UsageError("no bundled examples (fixtures/manifest.json) next to this installation")
     else:

@@ -13,7 +13,6 @@ import pytest
 from contracts.registry import FAIL, SKIP, WARN
 
 _SUBJECTS_KEY = pytest.StashKey[list]()
-_CACHE_KEY = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser):
@@ -31,14 +30,18 @@ def pytest_configure(config):
     checkpoints, targets = config.getoption("checkpoint"), config.getoption("target")
     if len(targets) > len(checkpoints):
         raise pytest.UsageError("--target given without a matching --checkpoint")
-    subjects = [(f"{i}-{ckpt.rstrip('/').split('/')[-1]}" if len(checkpoints) > 1 else ckpt.rstrip("/").split("/")[-1],
-                 ckpt, targets[i] if i < len(targets) else None) for i, ckpt in enumerate(checkpoints)]
+    from contracts.subject import Subject
+
+    subjects = []
+    for i, ckpt in enumerate(checkpoints):
+        base = ckpt.rstrip("/").split("/")[-1]
+        subjects.append(Subject(f"{i}-{base}" if len(checkpoints) > 1 else base, ckpt,
+                                targets[i] if i < len(targets) else None))
     config.stash.setdefault(_SUBJECTS_KEY, [])[:0] = subjects
-    config.stash.setdefault(_CACHE_KEY, {})
 
 
 def add_subjects(config, subjects) -> None:
-    """Add (name, checkpoint, target) subjects unless the user named checkpoints on the command line."""
+    """Add ``Subject``s unless the user named checkpoints on the command line."""
     if not config.getoption("checkpoint"):
         config.stash.setdefault(_SUBJECTS_KEY, []).extend(subjects)
 
@@ -48,27 +51,17 @@ class ContractFailed(Exception):
 
 
 class ContractItem(pytest.Item):
-    def __init__(self, *, contract_id: str, subject: tuple, **kwargs):
+    def __init__(self, *, contract_id: str, subject, **kwargs):
         super().__init__(**kwargs)
         self.contract_id = contract_id
-        self.subject_spec = subject
+        self.subject = subject  # shared by the subject's contracts: its engine observations are made once
         self.add_marker("contracts")
-
-    def _subject(self):
-        from contracts.subject import Subject
-
-        cache = self.config.stash[_CACHE_KEY]
-        name, ckpt, target = self.subject_spec
-        if name not in cache:
-            cache[name] = Subject(name, ckpt, target)
-        return cache[name]
 
     def runtest(self):
         from contracts.registry import select
 
         (contract,) = select([self.contract_id])
-        subject = self._subject()
-        results = subject.run([self.contract_id])
+        results = self.subject.run([self.contract_id])
         result = results[0]
         self.user_properties.append(("result", result.to_dict()))
         if result.status == FAIL:
@@ -78,14 +71,14 @@ class ContractItem(pytest.Item):
         if result.status == WARN:
             import warnings
 
-            warnings.warn(f"{contract.id}[{self.subject_spec[0]}]: {result.summary}", UserWarning, stacklevel=1)
+            warnings.warn(f"{contract.id}[{self.subject.name}]: {result.summary}", UserWarning, stacklevel=1)
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, ContractFailed):
             from contracts.report import _evidence_lines
 
             result = excinfo.value.args[0]
-            lines = [f"{result.contract} failed on {self.subject_spec[1]}: {result.summary}"]
+            lines = [f"{result.contract} failed on {self.subject.checkpoint_path}: {result.summary}"]
             lines += _evidence_lines(result.evidence)
             if result.fix:
                 lines.append(f"fix: {result.fix}")
@@ -97,7 +90,7 @@ class ContractItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return self.subject_spec[1], None, f"{self.contract_id}[{self.subject_spec[0]}]"
+        return str(self.subject.checkpoint_path), None, f"{self.contract_id}[{self.subject.name}]"
 
 
 class ContractsCollector(pytest.Collector):
@@ -108,7 +101,7 @@ class ContractsCollector(pytest.Collector):
         ids = [c.strip() for c in only.split(",")] if only else None
         for subject in self.config.stash.get(_SUBJECTS_KEY, []):
             for contract in select(ids):
-                yield ContractItem.from_parent(self, name=f"{contract.id}[{subject[0]}]",
+                yield ContractItem.from_parent(self, name=f"{contract.id}[{subject.name}]",
                                                contract_id=contract.id, subject=subject)
 
 
@@ -122,5 +115,5 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_unconfigure(config):
-    for subject in config.stash.get(_CACHE_KEY, {}).values():
+    for subject in config.stash.get(_SUBJECTS_KEY, []):
         subject.close()

@@ -28,6 +28,7 @@ class Subject:
     name: str
     checkpoint_path: Path
     target_path: Path | None = None
+    intended_ids: list[int] | None = None  # the target ids the trainer's vocab mapping selected, when known
     engine: str = "sglang"
 
     def __post_init__(self):

@@ -24,7 +24,7 @@ def test_files_match_their_manifest(name):
 def test_every_trainer_is_represented():
     trainers = {(e["trainer"], e["trainer_version"]) for e in MANIFEST.values()}
     assert {("speculators", "0.9.0"), ("specforge", "0.2.0")} <= trainers
-    assert [s[0] for s in bundled_subjects()] == ["specforge", "speculators-default", "speculators-train"]
+    assert [s.name for s in bundled_subjects()] == ["specforge", "speculators-default", "speculators-train"]
 
 
 @pytest.mark.parametrize("name", ["specforge", "speculators-default", "speculators-train"])
