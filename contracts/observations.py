@@ -77,7 +77,8 @@ class LoadObservation:
     params: list[ParamState]
     load_error: str | None = None  # an exception that escaped load_weights itself
     probes: list[RenameProbe] = field(default_factory=list)
-    hot_token_id: list[int] | None = None
+    hot_token_id: list | None = None  # the engine's draft->target map, exactly as it computed it
+    hot_token_id_dtype: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

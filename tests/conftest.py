@@ -28,11 +28,14 @@ def tree_digest(path: Path) -> dict[str, str]:
     return out
 
 
+DELETE = "<delete this key>"  # config value that removes the key (None writes JSON null)
+
+
 def make_copy(src: Path, dst: Path, *, add=None, remove=(), replace=None, config=None) -> Path:
     """A copy of checkpoint ``src`` at ``dst`` with tensors added / removed / replaced and config keys changed.
 
     Tensors are written with safetensors, like a trainer would; ``config`` maps keys to new values
-    (``None`` deletes the key).
+    (``DELETE`` removes the key, ``None`` writes null).
     """
     from safetensors.torch import load_file, save_file
 
@@ -47,7 +50,7 @@ def make_copy(src: Path, dst: Path, *, add=None, remove=(), replace=None, config
     if config:
         cfg = json.loads((dst / "config.json").read_text())
         for k, v in config.items():
-            if v is None:
+            if v == DELETE:
                 cfg.pop(k, None)
             else:
                 cfg[k] = v

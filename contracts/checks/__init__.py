@@ -1,3 +1,5 @@
-"""One module per contract; importing this package registers them all (ids as in DESIGN.md)."""
+"""One module per contract; importing this package registers them all, in DESIGN.md's order."""
 
-from contracts.checks import key_naming, tensor_shapes  # noqa: F401
+from contracts.checks import key_naming  # noqa: F401  (isort: skip)
+from contracts.checks import tensor_shapes  # noqa: F401  (isort: skip)
+from contracts.checks import d2t_semantics  # noqa: F401  (isort: skip)

@@ -202,7 +202,8 @@ def observe_load(engine_dir, *, probe_fixes: bool = True) -> LoadObservation:
         tensors=list(fates.values()),
         params=params,
         load_error=load_error,
-        hot_token_id=None if hot is None else [int(x) for x in hot.tolist()],
+        hot_token_id=None if hot is None else hot.tolist(),
+        hot_token_id_dtype=None if hot is None else str(hot.dtype).removeprefix("torch."),
     )
     dropped = [f.key for f in fates.values() if f.dropped]
     if probe_fixes and dropped:

@@ -1,0 +1,164 @@
+"""``d2t-semantics``: the engine's own ``hot_token_id`` (SGLang: ``d2t + arange(len(d2t))``) is a strictly
+increasing, in-range map of length ``draft_vocab_size`` into the target vocab, agrees with ``t2d``, exists
+whenever the draft vocab is reduced, and equals the mapping the trainer built.
+
+Prevents: ``d2t`` saved as absolute ids (draft id i reaches target id ``ids[i] + i``), a missing ``d2t``
+with a reduced vocab (draft id i silently means target id i), and the opposite mistake — "fixing" a correct
+``d2t`` whose first offsets are all zero (they are zero whenever target ids 0..k are selected). Judged on
+the ``hot_token_id`` the engine's ``load_weights`` computed, never on a re-implementation of it.
+"""
+
+from __future__ import annotations
+
+from contracts.registry import FAIL, PASS, Result, contract
+
+INTEGER_DTYPES = {"int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64"}
+SIDE_BY_SIDE = 8
+
+
+def target_vocab_size(subject, engine_config: dict) -> tuple[int | None, str]:
+    """The target vocab size and where it came from (the target's config, else the draft's vocab_size)."""
+    if subject.target is not None:
+        cfg = subject.target.config
+        for c in (cfg, cfg.get("text_config") or {}, cfg.get("language_config") or {}):
+            if isinstance(c, dict) and isinstance(c.get("vocab_size"), int):
+                return c["vocab_size"], "target config.json"
+    size = engine_config.get("vocab_size")
+    return (size, "draft config vocab_size") if isinstance(size, int) else (None, "unknown")
+
+
+def diagnose(d2t: list | None, hot: list | None, intended: list[int] | None, reduced: bool) -> list[str]:
+    """Which known mistakes fit the data (more than one may)."""
+    found = []
+    if hot is None:
+        if reduced:
+            found.append("missing: no d2t, so the engine maps draft id i to target id i")
+        return found
+    if intended is not None and d2t is not None and len(d2t) == len(intended) and d2t == intended and d2t != hot:
+        found.append("absolute ids: d2t holds the target ids themselves, but the engine adds arange(len(d2t)) "
+                     "(it expects offsets target_id - draft_id)")
+    if len(set(hot)) < len(hot):
+        found.append("duplicates: several draft ids reach the same target id")
+    if intended is not None and len(hot) == len(intended) and hot != intended:
+        shifts = {h - t for h, t in zip(hot, intended)}
+        if len(shifts) == 1:
+            found.append(f"shifted: every engine target is the intended one {shifts.pop():+d}")
+    return found
+
+
+def _as_ints(values) -> list[int] | None:
+    import math
+
+    out = []
+    for v in values:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        out.append(int(v))
+    return out
+
+
+@contract("d2t-semantics", "the engine's hot_token_id (d2t + arange) is a strictly increasing, in-range map of "
+                           "length draft_vocab_size into the target vocab, agrees with t2d, exists whenever the "
+                           "draft vocab is reduced, and equals the mapping the trainer built")
+def check_d2t_semantics(subject) -> Result:
+    obs = subject.load
+    ckpt = subject.checkpoint
+    draft_vocab = obs.config.get("draft_vocab_size") or obs.config.get("vocab_size")
+    vocab, vocab_source = target_vocab_size(subject, obs.config)
+    reduced = vocab is not None and draft_vocab is not None and draft_vocab < vocab
+    d2t_keys = [k for k, v in {t.key: t.side_channel for t in obs.tensors}.items() if v == "hot_token_id"]
+    d2t_info = ckpt.tensors.get(d2t_keys[-1]) if d2t_keys else None
+    d2t = ckpt.load_tensor(d2t_keys[-1]).flatten().tolist() if d2t_info else None
+    t2d_info = ckpt.tensors.get("t2d")
+    t2d = ckpt.load_tensor("t2d").flatten() if t2d_info is not None else None
+    hot_raw = obs.hot_token_id  # the engine's own map, as it computed it
+    hot = _as_ints(hot_raw) if hot_raw is not None else None
+
+    intended, intended_source = None, None
+    if subject.intended_ids is not None:
+        intended, intended_source = list(subject.intended_ids), "the trainer's recorded selection"
+    elif t2d is not None and not t2d.dtype.is_floating_point:
+        intended, intended_source = t2d.nonzero().flatten().tolist(), "t2d (the selected target ids, ascending)"
+
+    evidence = {
+        "engine_draft_vocab": draft_vocab, "target_vocab": vocab, "target_vocab_from": vocab_source,
+        "d2t_key": d2t_keys[-1] if d2t_keys else None, "d2t_dtype": d2t_info.dtype if d2t_info else None,
+        "d2t_head": d2t[:SIDE_BY_SIDE] if d2t else None,
+        "engine_hot_token_id_head": hot_raw[:SIDE_BY_SIDE] if hot_raw is not None else None,
+        "engine_hot_token_id_dtype": obs.hot_token_id_dtype, "intended_from": intended_source,
+    }
+    problems, fixes = [], []
+
+    if d2t_info is not None and d2t_info.dtype not in INTEGER_DTYPES:
+        problems.append(f"d2t is {d2t_info.dtype}, not an integer tensor: the engine's hot_token_id becomes "
+                        f"{d2t_info.dtype} and its token ids are not ids")
+        fixes.append("save d2t as int64 offsets (target_id - draft_id)")
+    if hot is None and reduced:
+        problems.append(f"no d2t although the draft vocab ({draft_vocab}) is smaller than the target's ({vocab}): "
+                        f"the engine maps draft id i to target id i")
+        fixes.append("save d2t (int64 offsets target_id - draft_id for each draft id) with the checkpoint")
+    if hot_raw is not None and hot is None:
+        problems.append("the engine's hot_token_id holds NaN or infinite values (d2t is not a valid id map)")
+    mapped = hot if hot is not None else (list(range(draft_vocab)) if draft_vocab and hot_raw is None else None)
+    if hot is not None:
+        if draft_vocab is not None and len(hot) != draft_vocab:
+            problems.append(f"hot_token_id has {len(hot)} entries but the engine's draft head has {draft_vocab} "
+                            f"logits: draft ids ≥ {min(len(hot), draft_vocab)} map nowhere or never occur")
+            fixes.append("d2t must have exactly draft_vocab_size entries (one per draft-head row)")
+        if vocab is not None:
+            bad = [(i, h) for i, h in enumerate(hot) if not 0 <= h < vocab]
+            if bad:
+                evidence["out_of_range"] = [{"draft_id": i, "engine_target": h} for i, h in bad[:SIDE_BY_SIDE]]
+                problems.append(f"{len(bad)} draft id(s) map outside the target vocab [0, {vocab}): first "
+                                f"draft id {bad[0][0]} → {bad[0][1]}")
+        steps = [(i, a, b) for i, (a, b) in enumerate(zip(hot, hot[1:])) if b <= a]
+        if steps:
+            i, a, b = steps[0]
+            evidence["not_increasing_at"] = [{"draft_id": j + 1, "engine_target": y, "previous": x}
+                                             for j, x, y in steps[:SIDE_BY_SIDE]]
+            problems.append(f"hot_token_id is not strictly increasing ({len(steps)} place(s); first: draft ids "
+                            f"{i}, {i + 1} → {a}, {b})")
+    if t2d is not None and mapped is not None:
+        selected = int(t2d.sum())
+        t2d_problems = []
+        if vocab is not None and t2d.numel() != vocab:
+            t2d_problems.append(f"t2d has {t2d.numel()} entries, the target vocab {vocab}")
+        if draft_vocab is not None and selected != draft_vocab:
+            t2d_problems.append(f"t2d selects {selected} target ids, the draft vocab is {draft_vocab}")
+        outside = [(i, h) for i, h in enumerate(mapped) if 0 <= h < t2d.numel() and not bool(t2d[h])]
+        if outside:
+            t2d_problems.append(f"{len(outside)} engine target(s) are not selected in t2d (first: draft id "
+                                f"{outside[0][0]} → {outside[0][1]})")
+        if t2d_problems:
+            evidence["t2d_disagrees"] = t2d_problems
+            problems.append("d2t and t2d disagree: " + "; ".join(t2d_problems))
+    if intended is not None and mapped is not None and mapped != intended:
+        diffs = [{"draft_id": i, "engine_target": m, "intended": t}
+                 for i, (m, t) in enumerate(zip(mapped, intended)) if m != t][:SIDE_BY_SIDE]
+        evidence["first_differences"] = diffs
+        if diffs:
+            problems.append(f"the engine maps draft ids to other target ids than intended (from {intended_source}): "
+                            + ", ".join(f"{d['draft_id']} → {d['engine_target']} (intended {d['intended']})"
+                                        for d in diffs[:3]))
+        elif len(mapped) != len(intended):
+            problems.append(f"the engine maps {len(mapped)} draft ids, the trainer selected {len(intended)}")
+
+    hypotheses = diagnose(d2t, hot, intended, reduced)
+    evidence["diagnosis"] = hypotheses
+    if any(h.startswith("absolute ids") for h in hypotheses):
+        fixes.insert(0, "save d2t[i] = target_id[i] - i (offsets), not the target ids")
+    if any(h.startswith("shifted") for h in hypotheses):
+        fixes.insert(0, "rebuild d2t from the trainer's selection: d2t[i] = selected[i] - i")
+    if problems:
+        if not fixes:
+            fixes.append("rebuild d2t/t2d with the trainer's own mapping function from the selected target ids "
+                         "(d2t[i] = selected[i] - i, t2d[selected] = true)")
+        return Result("d2t-semantics", FAIL, "; ".join(problems), evidence, "; ".join(dict.fromkeys(fixes)))
+    if hot is None:
+        return Result("d2t-semantics", PASS, f"no d2t and no reduced vocab: the draft predicts all {draft_vocab} "
+                      f"target ids directly", evidence)
+    zeros = next((i for i, v in enumerate(d2t or []) if v != 0), len(d2t or []))
+    note = f"; its first {zeros} offsets are 0 because target ids 0..{zeros - 1} are selected" if zeros > 1 else ""
+    checked = f", equal to {intended_source}" if intended is not None else ""
+    return Result("d2t-semantics", PASS, f"engine maps {len(hot)} draft ids into [0, {vocab}) strictly increasing"
+                  f"{checked}{note}", evidence)
