@@ -19,7 +19,7 @@ def pytest_configure(config):
     # Bundled subjects join a whole-suite run or an explicit `-m contracts`, not a run of one test file.
     if config.option.file_or_dir and "contracts" not in (config.option.markexpr or ""):
         return
-    from contracts.bundled import bundled_subjects
+    from contracts.bundled import bundled_subjects, expected_failures
     from contracts.plugin import add_subjects
 
-    add_subjects(config, bundled_subjects())
+    add_subjects(config, bundled_subjects(), expected_failures())

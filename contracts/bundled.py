@@ -10,6 +10,7 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MANIFEST = FIXTURES / "manifest.json"
+EXPECTED = FIXTURES / "expected.json"
 
 
 def manifest() -> dict:
@@ -28,5 +29,14 @@ def bundled_subjects() -> list:
         if entry.get("trainer") in (None, "transformers") or "target" not in entry:
             continue
         out.append(Subject(name, root / entry["path"], root / entries[entry["target"]]["path"],
-                           intended_ids=entry.get("selected_target_ids")))
+                           intended_ids=entry.get("selected_target_ids"), trainer=entry["trainer"],
+                           trainer_aux_ids=entry.get("aux_layer_ids")))
     return out
+
+
+def expected_failures() -> dict[tuple[str, str], str]:
+    """(subject, contract) -> why, for the bundled examples' known failures on the pinned engine."""
+    if not EXPECTED.exists():
+        return {}
+    doc = json.loads(EXPECTED.read_text())
+    return {(name, cid): why for name, by in doc["expected"].items() for cid, why in by.items()}

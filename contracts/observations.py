@@ -96,3 +96,32 @@ class LoadObservation:
 
     def param(self, name: str) -> ParamState:
         return next(p for p in self.params if p.name == name)
+
+
+@dataclass
+class AuxCaptureObservation:
+    """What the engine hands the draft as target hidden states (hidden-width), and how it was learned."""
+
+    engine: dict
+    target_architecture: str
+    num_target_layers: int | None = None
+    target_hidden_size: int | None = None
+    target_class: str | None = None
+    hook: str | None = None  # "implemented", "missing", "delegates ..." (from the engine's class)
+    evidence: str = "static"  # "observed": a tiny target forward ran; "static": the registry only
+    evidence_reason: str | None = None
+    tiny_target: str | None = None
+    use_aux_hidden_state: bool | None = None  # the engine's reading of the draft's eagle_config
+    aux_layer_ids: list | None = None  # explicit ids the engine read (None: its default)
+    configure_error: str | None = None  # what the engine raised when wiring capture
+    layers_to_capture: list | None = None  # engine state after its hook: layer indices whose input is captured
+    hf_indices: list | None = None  # transformers hidden_states index of each captured tensor (when verifiable)
+    hidden_width: int | None = None  # width of the hidden states the target handed over
+    tiny_hidden_size: int | None = None
+    fc_in_features: int | None = None
+    fc_ran: bool | None = None
+    draft_forward_error: str | None = None
+    ids_for_trainer_layers: list | None = None  # explicit ids that make the engine capture the trainer's layers
+
+    def to_dict(self) -> dict:
+        return asdict(self)

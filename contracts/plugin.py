@@ -13,6 +13,7 @@ import pytest
 from contracts.registry import FAIL, SKIP, WARN
 
 _SUBJECTS_KEY = pytest.StashKey[list]()
+_EXPECTED_KEY = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser):
@@ -40,10 +41,13 @@ def pytest_configure(config):
     config.stash.setdefault(_SUBJECTS_KEY, [])[:0] = subjects
 
 
-def add_subjects(config, subjects) -> None:
-    """Add ``Subject``s unless the user named checkpoints on the command line."""
+def add_subjects(config, subjects, expected_failures: dict | None = None) -> None:
+    """Add ``Subject``s unless the user named checkpoints on the command line. ``expected_failures`` maps
+    (subject name, contract id) to the reason a contract is known to fail there: those items are marked
+    xfail(strict=True), so both a fix and a new break are noticed."""
     if not config.getoption("checkpoint"):
         config.stash.setdefault(_SUBJECTS_KEY, []).extend(subjects)
+        config.stash.setdefault(_EXPECTED_KEY, {}).update(expected_failures or {})
 
 
 class ContractFailed(Exception):
@@ -99,10 +103,15 @@ class ContractsCollector(pytest.Collector):
 
         only = self.config.getoption("contracts_only")
         ids = [c.strip() for c in only.split(",")] if only else None
+        expected = self.config.stash.get(_EXPECTED_KEY, {})
         for subject in self.config.stash.get(_SUBJECTS_KEY, []):
             for contract in select(ids):
-                yield ContractItem.from_parent(self, name=f"{contract.id}[{subject.name}]",
-                                               contract_id=contract.id, subject=subject)
+                item = ContractItem.from_parent(self, name=f"{contract.id}[{subject.name}]",
+                                                contract_id=contract.id, subject=subject)
+                why = expected.get((subject.name, contract.id))
+                if why:
+                    item.add_marker(pytest.mark.xfail(reason=why, strict=True, raises=ContractFailed))
+                yield item
 
 
 @pytest.hookimpl(tryfirst=True)

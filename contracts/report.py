@@ -48,7 +48,9 @@ def table(reports: list[dict]) -> str:
     rows = [head, "-" * len(head)]
     for name, rep in zip(names, reports):
         by = {r["contract"]: r["status"] for r in rep["results"]}
-        rows.append(f"{name:<{width}}  " + "  ".join(f"{MARK.get(by.get(c), '-'):<14}" for c in contracts))
+        known = {r["contract"] for r in rep["results"] if r.get("expected_failure")}
+        rows.append(f"{name:<{width}}  " + "  ".join(
+            f"{MARK.get(by.get(c), '-') + (' (known)' if c in known else ''):<14}" for c in contracts))
     return "\n".join(rows)
 
 

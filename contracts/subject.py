@@ -23,12 +23,18 @@ class EngineRefused(Exception):
     """The engine's own code refused to build the draft for this checkpoint (an observation, not a crash)."""
 
 
+class TargetRefused(Exception):
+    """The engine's own code refused to build the target model (the contracts that need it skip)."""
+
+
 @dataclass
 class Subject:
     name: str
     checkpoint_path: Path
     target_path: Path | None = None
     intended_ids: list[int] | None = None  # the target ids the trainer's vocab mapping selected, when known
+    trainer: str | None = None  # the library that trained it, when known (else inferred from the format)
+    trainer_aux_ids: list[int] | None = None  # the aux layer ids it trained on, in the trainer's convention
     engine: str = "sglang"
 
     def __post_init__(self):
@@ -77,10 +83,57 @@ class Subject:
             raise EngineRefused(refusal)
         return observation
 
+    @property
+    def trainer_name(self) -> str | None:
+        if self.trainer:
+            return self.trainer
+        return {"speculators": "speculators", "specforge": "specforge"}.get(self.trainer_format)
+
+    @cached_property
+    def aux(self):
+        """The engine's ``AuxCaptureObservation`` for this draft and target (None without a target)."""
+        if self.target_path is None:
+            return None
+        from contracts.conventions import hf_indices, trainer_layer_ids
+        from contracts.engines.sglang.aux_capture import observe_aux_capture
+
+        self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
+        wanted = None
+        trainer = self.trainer_name
+        n = self.target.config.get("num_hidden_layers") or (self.target.config.get("text_config") or {}).get(
+            "num_hidden_layers")
+        if trainer and n:
+            ids = self.trainer_aux_ids
+            if ids is None:
+                ids, _ = trainer_layer_ids(trainer, self.checkpoint.config, int(n))
+            wanted = hf_indices(trainer, ids)
+        return observe_aux_capture(self.engine_dir, self.target_path, trainer_hf_indices=wanted)
+
     def engine_info(self) -> dict:
         from contracts.engines.sglang.context import engine_version
 
         return {"name": self.engine, "version": engine_version()}
+
+    @cached_property
+    def _embed_head(self):
+        from contracts.engines.sglang import EngineBuildError
+        from contracts.engines.sglang.wiring import TargetBuildError, observe_embed_head
+
+        try:
+            return observe_embed_head(self.engine_dir, self.target_path), None
+        except TargetBuildError as e:
+            return None, TargetRefused(str(e))
+        except EngineBuildError as e:
+            return None, EngineRefused(str(e))
+
+    @property
+    def embed_head(self):
+        """The engine's ``WiringObservation`` (the draft after the worker's embed/head wiring to the target);
+        raises ``EngineRefused`` / ``TargetRefused`` when the engine cannot build the draft / the target."""
+        observation, refusal = self._embed_head
+        if refusal is not None:
+            raise refusal
+        return observation
 
     def run(self, only: list[str] | None = None) -> list[Result]:
         results, refused_in = [], None
@@ -124,4 +177,4 @@ def report(subject: Subject, only: list[str] | None = None) -> dict:
         subject.close()
 
 
-__all__ = ["EngineRefused", "InputError", "Subject", "report"]
+__all__ = ["EngineRefused", "InputError", "Subject", "TargetRefused", "report"]

@@ -167,11 +167,11 @@ def _probe(model, key: str, candidate: str, tensor) -> list[str]:
     return fate.reached
 
 
-def observe_load(engine_dir, *, probe_fixes: bool = True) -> LoadObservation:
-    """Everything the engine's own construction and ``load_weights`` did with the checkpoint in ENGINE_DIR.
+def load_traced(engine_dir):
+    """Build the engine's draft for ENGINE_DIR, fill the NaN sentinel and run its own ``load_weights`` traced.
 
-    ENGINE_DIR holds the config in the form SGLang reads (see ``contracts.convert``) and the tensors.
-    Raises ``EngineBuildError`` when SGLang refuses the config or cannot build the draft class.
+    Returns ``(checkpoint, model_config, model, tracer, fates, load_error)``; the loaded model itself is
+    also what the embed-head observation hands to the engine's worker wiring.
     """
     engine_dir = Path(engine_dir)
     ckpt = Checkpoint.open(engine_dir)
@@ -181,6 +181,16 @@ def observe_load(engine_dir, *, probe_fixes: bool = True) -> LoadObservation:
     tracer = _LoadTracer(model)
     fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
     load_error = tracer.load(ckpt.iter_tensors(), fates)
+    return ckpt, mc, model, tracer, fates, load_error
+
+
+def observe_load(engine_dir, *, probe_fixes: bool = True) -> LoadObservation:
+    """Everything the engine's own construction and ``load_weights`` did with the checkpoint in ENGINE_DIR.
+
+    ENGINE_DIR holds the config in the form SGLang reads (see ``contracts.convert``) and the tensors.
+    Raises ``EngineBuildError`` when SGLang refuses the config or cannot build the draft class.
+    """
+    ckpt, mc, model, tracer, fates, load_error = load_traced(engine_dir)
 
     head_from_target = bool(getattr(model, "load_lm_head_from_target", False))
     params = []

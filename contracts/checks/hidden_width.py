@@ -1,0 +1,113 @@
+"""``hidden-width``: the target architecture, wired by the engine's own code for this draft config, captures
+the aux layers and hands the draft hidden states whose width equals ``fc.in_features`` (so ``fc`` is never
+bypassed), and the physical layers captured are the ones the trainer trained on.
+
+Prevents accept length 1.00 behind a healthy server: a target class without ``set_eagle3_layers_to_capture``
+(Kimi-K2.5 on SGLang 0.5.9) hands over one layer's state, SGLang's draft skips ``fc`` because the width equals
+its embedding's, and the forward succeeds; ``use_aux_hidden_state: false`` does the same; and layer ids
+counted in another convention (SGLang adds 1 to explicit ids; speculators does not) feed the draft
+neighbouring layers it was never trained on.
+"""
+
+from __future__ import annotations
+
+from contracts.registry import FAIL, PASS, SKIP, Result, contract
+
+# Engine releases that gained the hook for a target class (FIELD-NOTES §3), for the fix line.
+HOOK_SINCE = {
+    "KimiK25ForConditionalGeneration": "SGLang 0.5.10 (kimi_k25 delegates capture to its DeepSeek-V3 language model)",
+    "DeepseekV2ForCausalLM": "SGLang 0.5.6", "DeepseekV3ForCausalLM": "SGLang 0.5.6",
+}
+
+
+def _states(width: int | None, hidden: int | None) -> str:
+    if width is None or not hidden:
+        return "?"
+    return f"{width} = {width // hidden} × {hidden}" if width % hidden == 0 else str(width)
+
+
+@contract("hidden-width", "the target architecture, wired by the engine for this draft config, captures the aux "
+                          "layers and hands over hidden states as wide as fc.in_features; the captured layers are "
+                          "the ones the trainer used")
+def check_hidden_width(subject) -> Result:
+    if subject.target_path is None:
+        return Result("hidden-width", SKIP, "no --target: the hidden states the target hands over cannot be observed",
+                      {}, "pass --target DIR (its config.json is enough)")
+    aux = subject.aux
+    ev = aux.to_dict()
+    ev.pop("engine", None)
+    version = aux.engine.get("version")
+    problems, fixes = [], []
+    n = aux.num_target_layers
+
+    if aux.hook == "missing" or aux.configure_error:
+        reason = aux.configure_error or "the class has no set_eagle3_layers_to_capture"
+        problems.append(f"target class {aux.target_class or aux.target_architecture} cannot capture aux hidden states "
+                        f"on SGLang {version}: {reason}")
+        since = HOOK_SINCE.get(aux.target_architecture)
+        fixes.append(f"serve with {since}" if since else
+                     f"no SGLang release up to {version} implements set_eagle3_layers_to_capture for "
+                     f"{aux.target_architecture}: serve a target class that does, or add the hook to it")
+    if aux.use_aux_hidden_state is False:
+        problems.append("the draft config sets eagle_config.use_aux_hidden_state: false, so the engine captures no aux "
+                        "layers although fc expects them")
+        fixes.append("remove use_aux_hidden_state: false from eagle_config")
+    if n and aux.aux_layer_ids is not None:
+        outside = [i for i in aux.aux_layer_ids if not 0 <= int(i) < n]
+        if outside:
+            problems.append(f"aux layer ids {outside} lie outside [0, {n}) for a {n}-layer target")
+            fixes.append(f"list ids within [0, {n}) in eagle_config.eagle_aux_hidden_state_layer_ids")
+
+    fc_weight = next((t for name, t in subject.checkpoint.tensors.items() if name.endswith("fc.weight")
+                      and "decoder" not in name), None)
+    draft_cfg = subject.load.config
+    trained_hidden = draft_cfg.get("target_hidden_size") or draft_cfg.get("hidden_size")
+    if fc_weight is not None and trained_hidden and aux.layers_to_capture is not None and not aux.configure_error:
+        trained_states = fc_weight.shape[1] // trained_hidden if fc_weight.shape[1] % trained_hidden == 0 else None
+        ev["fc_trained_on_states"] = trained_states
+        if trained_states is not None and trained_states != len(aux.layers_to_capture):
+            problems.append(f"the engine captures {len(aux.layers_to_capture)} layer(s) {aux.layers_to_capture} but the "
+                            f"checkpoint's fc was trained on {trained_states} ({fc_weight.shape[1]} = {trained_states} × "
+                            f"{trained_hidden})")
+            fixes.append(f"list exactly {trained_states} ids in eagle_config.eagle_aux_hidden_state_layer_ids")
+
+    if aux.evidence == "observed":
+        h = aux.tiny_hidden_size
+        if aux.hidden_width != aux.fc_in_features:
+            what = "fc is silently bypassed" if aux.fc_ran is False and not aux.draft_forward_error else \
+                "the draft forward fails" if aux.draft_forward_error else "fc sees the wrong width"
+            problems.append(f"the target hands over {_states(aux.hidden_width, h)} but fc takes "
+                            f"{_states(aux.fc_in_features, h)}: {what}")
+        elif aux.fc_ran is False:
+            problems.append("fc did not run on the target's hidden states")
+        if aux.draft_forward_error:
+            ev["draft_forward_error"] = aux.draft_forward_error
+
+    trainer = subject.trainer_name
+    engine_layers = aux.hf_indices if aux.hf_indices else aux.layers_to_capture
+    if trainer and n and engine_layers is not None and not aux.configure_error and aux.use_aux_hidden_state:
+        from contracts.conventions import hf_indices, trainer_layer_ids
+
+        ids, source = (subject.trainer_aux_ids, "the trainer's record") if subject.trainer_aux_ids is not None \
+            else trainer_layer_ids(trainer, subject.checkpoint.config, int(n))
+        wanted = hf_indices(trainer, ids)
+        ev["trainer"] = {"name": trainer, "ids": ids, "ids_from": source, "hf_hidden_states": wanted}
+        ev["engine_hf_hidden_states"] = engine_layers
+        ev["engine_hf_mapping"] = "verified against transformers" if aux.hf_indices else \
+            "layer-input convention verified on the Llama target"
+        if list(engine_layers) != list(wanted):
+            problems.append(f"the engine captures hidden_states {list(engine_layers)} but {trainer} trained on "
+                            f"hidden_states {wanted} (its ids {ids})")
+            if aux.ids_for_trainer_layers is not None:
+                fixes.append(f"write eagle_config.eagle_aux_hidden_state_layer_ids: {aux.ids_for_trainer_layers} "
+                             f"(SGLang then captures hidden_states {wanted})")
+    elif not trainer:
+        ev["trainer"] = "unknown (flat config): layer alignment not judged"
+
+    if problems:
+        return Result("hidden-width", FAIL, "; ".join(problems), ev, "; ".join(fixes) or None)
+    if aux.evidence == "static":
+        return Result("hidden-width", PASS, f"{aux.target_class} implements the aux-capture hook ({aux.hook}); static "
+                      f"evidence only: {aux.evidence_reason}", ev)
+    return Result("hidden-width", PASS, f"{aux.target_class} hands over {_states(aux.hidden_width, aux.tiny_hidden_size)}"
+                  f" (hidden_states {list(engine_layers or [])}), fc ran", ev)

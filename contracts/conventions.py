@@ -1,0 +1,31 @@
+"""How each trainer numbers the target layers it trains the draft on (read from the trainers' sources;
+see fixtures/manifest.json ``aux_layer_convention``). Used to express a trainer's aux layer ids as
+transformers ``hidden_states`` indices, the common ground on which ``hidden-width`` compares them with the
+layers the engine captures.
+
+- speculators 0.9.0: id k is the residual stream entering target layer k (vLLM's capture point), i.e.
+  ``hidden_states[k]``; default ``[2, N//2, N-3]`` (``resolve_target_layer_ids``).
+- specforge 0.2.0: ids go to SGLang's ``set_eagle3_layers_to_capture``, which captures the input of
+  layer k+1, i.e. ``hidden_states[k+1]``; default ``[1, N//2-1, N-4]`` (``resolve_eagle_capture_layers``).
+"""
+
+from __future__ import annotations
+
+TRAINERS = {
+    "speculators": {"offset": 0, "default": lambda n: [2, n // 2, n - 3]},
+    "specforge": {"offset": 1, "default": lambda n: [1, n // 2 - 1, n - 4]},
+}
+
+
+def trainer_layer_ids(trainer: str, config: dict, num_target_layers: int) -> tuple[list[int], str]:
+    """The ids the trainer trained on (from the saved config, else the trainer's default), and where from."""
+    ids = config.get("eagle_aux_hidden_state_layer_ids")
+    if ids is None and isinstance(config.get("eagle_config"), dict):
+        ids = config["eagle_config"].get("eagle_aux_hidden_state_layer_ids")
+    if ids is not None:
+        return list(ids), "the checkpoint's config"
+    return TRAINERS[trainer]["default"](num_target_layers), f"{trainer}'s default for a {num_target_layers}-layer target"
+
+
+def hf_indices(trainer: str, ids: list[int]) -> list[int]:
+    return [i + TRAINERS[trainer]["offset"] for i in ids]

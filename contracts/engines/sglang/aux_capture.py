@@ -1,0 +1,274 @@
+"""Observe what SGLang hands an EAGLE-3 draft as "target hidden states", with the engine's own code.
+
+Contract served: ``hidden-width``. The draft applies ``fc`` only when the hidden states are wider than its
+embeddings; a target class that does not capture the aux layers hands over one layer's state (width H),
+``fc`` is silently skipped and every draft token is rejected (Kimi-K2.5 on SGLang 0.5.9). Steps, all
+through SGLang: resolve the draft's aux-layer config as the scheduler does
+(``resolve_spec_aux_hidden_state_config``), build a tiny instance of the target's *own architecture class*
+(from a scaled-down copy of its config, or the target itself when it is tiny), wire capture with
+``configure_aux_hidden_state_capture``, run the target forward on CPU and measure the width, then run the
+draft forward on it and record whether ``fc`` ran. Where an architecture cannot be built or run on a
+CPU, the evidence falls back to the engine's model registry (does the class implement the hook).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint
+from contracts.engines.sglang.context import engine_version, ensure_context
+from contracts.engines.sglang.cpu_forward import extend_forward, init_random
+from contracts.observations import AuxCaptureObservation
+
+TINY = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64, "num_attention_heads": 4, "head_dim": 16,
+        "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+        "n_group": 1, "topk_group": 1}
+EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
+SMALL_TARGET_PARAMS = 50_000_000  # targets up to this size are run with their own weights
+INPUT_IDS = [1, 5, 9, 22, 100, 7]
+
+
+def _text_config(cfg: dict) -> dict:
+    for key in ("text_config", "language_config", "llm_config"):
+        if isinstance(cfg.get(key), dict):
+            return cfg[key]
+    return cfg
+
+
+def scale_down(cfg: dict) -> dict:
+    """A copy of a target config with the same architecture and layer count but tiny widths."""
+    cfg = json.loads(json.dumps(cfg))
+    text = _text_config(cfg)
+    heads = text.get("num_attention_heads") or 4
+    kv = text.get("num_key_value_heads") or heads
+    for key, value in TINY.items():
+        if key in text and text[key] is not None:
+            text[key] = value
+    text["hidden_size"] = TINY["hidden_size"]
+    text["num_key_value_heads"] = 4 if kv >= heads else 2
+    if "q_lora_rank" in text and text["q_lora_rank"] is not None:
+        text["q_lora_rank"] = 16
+    for key in EXPERT_KEYS:
+        if text.get(key):
+            text[key] = 4
+    if text.get("num_experts_per_tok"):
+        text["num_experts_per_tok"] = 2
+    if text.get("n_shared_experts"):
+        text["n_shared_experts"] = 1
+    text["vocab_size"] = min(int(text.get("vocab_size") or 1024), 1024)
+    if cfg is not text and "vocab_size" in cfg:
+        cfg["vocab_size"] = text["vocab_size"]
+    return cfg
+
+
+def scale_draft(cfg: dict, target_hidden: int, vocab: int) -> dict:
+    """The draft config at the scaled target's width (same number of aux layers, same switches)."""
+    cfg = dict(cfg)
+    same = cfg.get("target_hidden_size") in (None, cfg.get("hidden_size"))
+    cfg.update(hidden_size=target_hidden if same else target_hidden // 2, intermediate_size=2 * target_hidden,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=vocab)
+    if not same:
+        cfg["target_hidden_size"] = target_hidden
+    if cfg.get("draft_vocab_size"):
+        cfg["draft_vocab_size"] = min(int(cfg["draft_vocab_size"]), vocab)
+    return cfg
+
+
+def _resolve_aux_config(draft_dir: Path, target_mc):
+    """The engine's own reading of the draft's eagle_config (use_aux_hidden_state, layer ids)."""
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        resolve_spec_aux_hidden_state_config,
+    )
+    from sglang.srt.runtime_context import get_context
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    override = get_context().override_server_args(speculative_algorithm="EAGLE3",
+                                                   speculative_draft_model_path=str(draft_dir))
+    server_args = override.install()
+    try:
+        cfg = resolve_spec_aux_hidden_state_config(server_args=server_args, model_config=target_mc,
+                                                   spec_algorithm=SpeculativeAlgorithm.EAGLE3, is_draft_worker=False)
+    finally:
+        override.restore()
+    return bool(cfg.eagle_use_aux_hidden_state), cfg.eagle_aux_hidden_state_layer_ids
+
+
+def _capture_owner(model):
+    """The module whose ``layers_to_capture`` the hook sets (the model itself, or a wrapped language model)."""
+    for module in model.modules():
+        if isinstance(getattr(module, "layers_to_capture", None), list):
+            return module
+    return None
+
+
+def _hook_kind(cls) -> str:
+    hook = getattr(cls, "set_eagle3_layers_to_capture", None)
+    if hook is None:
+        return "missing"
+    try:
+        source = inspect.getsource(hook)
+    except (OSError, TypeError):
+        return "implemented"
+    if "hasattr(" in source:
+        return "delegates only if the inner model implements it"
+    if "language_model" in source or ".model.set_eagle3" in source:
+        return "delegates to the inner language model"
+    return "implemented"
+
+
+def _hf_indices(target_dir: Path, captured, hidden: int, input_ids) -> list[int] | None:
+    """Which transformers ``hidden_states`` index each captured tensor equals (the target's own weights)."""
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # stderr stays the CLI's one-line channel
+    try:
+        hf = transformers.AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
+    except Exception:
+        return None
+    with torch.no_grad():
+        states = hf(input_ids[None], output_hidden_states=True).hidden_states
+    out = []
+    for j in range(captured.shape[-1] // hidden):
+        chunk = captured[:, j * hidden:(j + 1) * hidden].float()
+        diffs = [float((chunk - s[0]).abs().max()) for s in states]
+        best = min(range(len(diffs)), key=diffs.__getitem__)
+        out.append(best if diffs[best] < 1e-3 else -1)
+    return out
+
+
+def _ids_for(model, owner, wanted: list[int]) -> list[int] | None:
+    """Ask the engine's hook which explicit ids make it capture exactly ``wanted`` (tries id and id-1)."""
+    saved = list(owner.layers_to_capture)
+    try:
+        for candidate in ([w - 1 for w in wanted], list(wanted)):
+            model.set_eagle3_layers_to_capture(candidate)
+            if list(owner.layers_to_capture) == list(wanted):
+                return candidate
+    finally:
+        owner.layers_to_capture = saved
+    return None
+
+
+def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] | None = None) -> AuxCaptureObservation:
+    """What SGLang would hand this draft from this target, observed on a tiny instance of the target class."""
+    import torch
+
+    from contracts.engines.sglang.loader import build_model
+
+    ensure_context()
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
+        configure_aux_hidden_state_capture,
+    )
+    from sglang.srt.models.registry import ModelRegistry
+
+    draft_dir, target_dir = Path(draft_dir), Path(target_dir)
+    target = Checkpoint.open(target_dir, require_weights=False)
+    draft_cfg = json.loads((draft_dir / "config.json").read_text())
+    arch = (target.config.get("architectures") or ["?"])[0]
+    text = _text_config(target.config)
+    obs = AuxCaptureObservation(engine={"name": "sglang", "version": engine_version()}, target_architecture=arch,
+                                num_target_layers=text.get("num_hidden_layers"),
+                                target_hidden_size=text.get("hidden_size"))
+    try:
+        cls, _ = ModelRegistry.resolve_model_cls([arch])
+        obs.target_class = cls.__name__
+        obs.hook = _hook_kind(cls)
+    except Exception as e:
+        obs.evidence = "static"
+        obs.evidence_reason = f"the engine's registry has no class for {arch}: {type(e).__name__}: {e}"
+        obs.hook = "missing"
+        return obs
+
+    n_params = sum(t.numel for t in target.tensors.values())
+    own_weights = bool(target.tensors) and n_params <= SMALL_TARGET_PARAMS
+    tmp = Path(tempfile.mkdtemp(prefix="eagle3-contracts-aux-"))
+    try:
+        if own_weights:
+            tiny_target = target_dir
+        else:
+            tiny_target = tmp / "target"
+            tiny_target.mkdir()
+            (tiny_target / "config.json").write_text(json.dumps(scale_down(target.config)))
+        tiny_text = _text_config(json.loads((tiny_target / "config.json").read_text()))
+        hidden, vocab = int(tiny_text["hidden_size"]), int(tiny_text.get("vocab_size") or 1024)
+        tiny_draft = tmp / "draft"
+        tiny_draft.mkdir()
+        (tiny_draft / "config.json").write_text(json.dumps(
+            draft_cfg if own_weights else scale_draft(draft_cfg, hidden, vocab)))
+        obs.tiny_target = "the target itself (own weights)" if own_weights else "scaled-down copy of its config (random weights)"
+
+        try:
+            target_mc = ModelConfig(str(tiny_target), trust_remote_code=False, dtype="float32")
+            model = build_model(target_mc)
+        except Exception as e:
+            obs.evidence = "static"
+            obs.evidence_reason = f"a tiny {arch} could not be built on CPU: {str(e)[:300]}"
+            return obs
+        if own_weights:
+            model.load_weights(target.iter_tensors())
+        else:
+            init_random(model)
+        obs.use_aux_hidden_state, obs.aux_layer_ids = _resolve_aux_config(tiny_draft, target_mc)
+        try:
+            configure_aux_hidden_state_capture(model=model, eagle_use_aux_hidden_state=obs.use_aux_hidden_state,
+                                               eagle_aux_hidden_state_layer_ids=obs.aux_layer_ids,
+                                               dflash_use_aux_hidden_state=False, dflash_target_layer_ids=None,
+                                               is_dspark=False)
+        except Exception as e:  # 0.5.23: a target without the hook refuses to start
+            obs.configure_error = f"{type(e).__name__}: {e}"
+        owner = _capture_owner(model)
+        obs.layers_to_capture = list(owner.layers_to_capture) if owner is not None else None
+        input_ids = torch.tensor([i % vocab for i in INPUT_IDS])
+        try:
+            out = extend_forward(model, target_mc.hf_config, torch.float32, input_ids)
+        except Exception as e:
+            obs.evidence = "static"
+            obs.evidence_reason = f"the tiny {arch} forward does not run on CPU: {type(e).__name__}: {str(e)[:300]}"
+            return obs
+        captured = out.hidden_states
+        obs.evidence = "observed"
+        obs.hidden_width = int(captured.shape[-1])
+        obs.tiny_hidden_size = hidden
+        if own_weights and obs.layers_to_capture:
+            obs.hf_indices = _hf_indices(target_dir, captured, hidden, input_ids)
+        if trainer_hf_indices and owner is not None and obs.configure_error is None:
+            obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
+        _observe_draft(obs, tiny_draft, captured)
+        return obs
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _observe_draft(obs: AuxCaptureObservation, tiny_draft: Path, captured) -> None:
+    """Run the engine's draft forward on what the target handed over; did ``fc`` run?"""
+    import torch
+
+    from contracts.engines.sglang.loader import EngineBuildError, build_model, model_config
+
+    try:
+        mc = model_config(tiny_draft)
+        draft = build_model(mc)
+    except EngineBuildError as e:
+        obs.draft_forward_error = str(e)
+        return
+    init_random(draft)
+    fc = draft.model.fc
+    obs.fc_in_features = int(fc.in_features)
+    calls = []
+    handle = fc.register_forward_hook(lambda module, inputs, output: calls.append(int(inputs[0].shape[-1])))
+    ids = torch.tensor(INPUT_IDS[: captured.shape[0]]) % int(mc.hf_config.vocab_size)
+    try:
+        extend_forward(draft, mc.hf_config, mc.dtype, ids, spec_hidden_states=captured.to(mc.dtype))
+        obs.fc_ran = bool(calls)
+    except Exception as e:
+        obs.draft_forward_error = f"{type(e).__name__}: {str(e)[:300]}"
+        obs.fc_ran = bool(calls)
+    finally:
+        handle.remove()
