@@ -1,0 +1,100 @@
+"""hidden-width on SGLang 0.5.23 against the tiny Llama target (its own weights): the width the target
+really hands over, whether the draft's fc runs, and the physical layers captured versus the layers the
+trainer used — all observed through the engine's own code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contracts.subject import Subject
+from tests.conftest import DRAFTS, TARGET
+
+
+def judge(path, trainer=None, trainer_aux_ids=None, target=TARGET):
+    subject = Subject(path.name, path, target, trainer=trainer, trainer_aux_ids=trainer_aux_ids)
+    try:
+        (result,) = subject.run(["hidden-width"])
+        return result
+    finally:
+        subject.close()
+
+
+def test_specforge_draft_gets_three_layers_and_fc_runs():
+    result = judge(DRAFTS["specforge"])
+    assert result.status == "pass", result
+    ev = result.evidence
+    assert ev["evidence"] == "observed" and ev["target_class"] == "LlamaForCausalLM"
+    assert ev["hidden_width"] == 192 and ev["fc_in_features"] == 192 and ev["fc_ran"] is True
+    # no ids in specforge's export: SGLang's default [2, N//2, N-3] = specforge's [1, 3, 4] + 1
+    assert ev["layers_to_capture"] == [2, 4, 5]
+    assert ev["hf_indices"] == [2, 4, 5] and ev["engine_hf_mapping"] == "verified against transformers"
+    assert ev["trainer"]["hf_hidden_states"] == [2, 4, 5]
+
+
+@pytest.mark.parametrize("name", ["speculators-default", "speculators-train"])
+def test_speculators_ids_copied_verbatim_capture_one_layer_later(name):
+    result = judge(DRAFTS[name], trainer="speculators", trainer_aux_ids=[2, 4, 5])
+    assert result.status == "fail"
+    assert "the engine captures hidden_states [3, 5, 6] but speculators trained on hidden_states [2, 4, 5]" in \
+        result.summary
+    assert result.evidence["hf_indices"] == [3, 5, 6]  # measured against transformers, not inferred
+    assert "eagle_aux_hidden_state_layer_ids: [1, 3, 4]" in result.fix
+
+
+def test_the_suggested_ids_make_it_pass(tmp_path):
+    from contracts.convert import convert_to_sglang
+
+    fixed = convert_to_sglang(DRAFTS["speculators-default"], tmp_path / "converted")
+    cfg = json.loads((fixed / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 3, 4]
+    (fixed / "config.json").unlink()
+    (fixed / "config.json").write_text(json.dumps(cfg))
+    result = judge(fixed, trainer="speculators", trainer_aux_ids=[2, 4, 5])
+    assert result.status == "pass", result
+    assert result.evidence["hf_indices"] == [2, 4, 5]
+
+
+def test_explicit_ids_are_shifted_by_one_as_measured_against_transformers(broken):
+    path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}})
+    result = judge(path, trainer="specforge", trainer_aux_ids=[1, 3, 5])
+    assert result.status == "pass", result
+    assert result.evidence["layers_to_capture"] == [2, 4, 6] and result.evidence["hf_indices"] == [2, 4, 6]
+
+
+def test_use_aux_hidden_state_false_bypasses_fc_silently(broken):
+    path = broken("specforge", config={"eagle_config": {"use_aux_hidden_state": False}})
+    result = judge(path)
+    assert result.status == "fail"
+    ev = result.evidence
+    assert ev["use_aux_hidden_state"] is False
+    assert ev["hidden_width"] == 64 and ev["fc_in_features"] == 192 and ev["fc_ran"] is False
+    assert ev["draft_forward_error"] is None  # the forward succeeds: that is the silent part
+    assert "fc is silently bypassed" in result.summary
+    assert "remove use_aux_hidden_state: false" in result.fix
+
+
+def test_aux_ids_outside_the_target(broken):
+    path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 8]}})
+    result = judge(path)
+    assert result.status == "fail"
+    assert "aux layer ids [8] lie outside [0, 8)" in result.summary
+    # layer 9 never exists: the target hands over two layers, and the draft forward cannot apply fc
+    assert result.evidence["hidden_width"] == 128
+    assert "mat1 and mat2 shapes cannot be multiplied" in result.evidence["draft_forward_error"]
+
+
+def test_number_of_ids_differs_from_what_fc_was_trained_on(broken):
+    path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3]}})
+    result = judge(path)
+    assert result.status == "fail"
+    assert "the engine captures 2 layer(s) [2, 4] but the checkpoint's fc was trained on 3 (192 = 3 × 64)" in \
+        result.summary
+    assert "list exactly 3 ids" in result.fix
+
+
+def test_without_a_target_it_is_skipped_with_the_reason():
+    subject = Subject("no-target", DRAFTS["specforge"], None)
+    (result,) = subject.run(["hidden-width"])
+    assert result.status == "skip" and "--target" in result.summary
