@@ -33,6 +33,7 @@ def test_check_json_document_has_the_documented_shape(capsys):
     assert doc["trainer_format"] == "specforge"
     ids = [r["contract"] for r in doc["results"]]
     assert ids[:4] == ["key-naming", "tensor-shapes", "d2t-semantics", "hidden-width"]  # DESIGN.md's order
+    assert "embed-head" in ids and ids.index("embed-head") > ids.index("d2t-semantics")
     for r in doc["results"]:
         assert set(r) == {"contract", "status", "summary", "evidence", "fix"}
         assert r["status"] in ("pass", "fail", "warn", "skip")

@@ -1,0 +1,191 @@
+"""``embed-head``: after the engine's own worker wiring, the draft keeps its trained ``lm_head`` (or has a head
+at all when ``draft_vocab_size`` is set), and its embedding is the one it was trained with.
+
+Prevents: a draft that declares ``draft_vocab_size`` but ships no ``lm_head`` serving a random head (sglang
+#27908: accept length 1.00 behind HTTP 200); the engine replacing a trained head with the target's (vllm
+#28549: accept length 1.32, 2.49 once fixed; in SGLang whenever ``draft_vocab_size`` is null); a tied config
+turning the head into the embedding; SGLang's ``set_embed`` returning silently when ``target_hidden_size !=
+hidden_size``, leaving a draft without ``embed_tokens`` on a random embedding; and a draft trained with
+another embedding than the target's, which SGLang serves in its place. Judged on what the draft holds after
+``EagleDraftWorker.init_lm_head`` (parameter identity, the load's NaN sentinel, chunked checksums), compared
+with the checkpoint's and the target's tensors read from their files in row chunks.
+"""
+
+from __future__ import annotations
+
+from contracts.fingerprint import coarser, compare_file_tensors, file_chunks, fingerprint, first_differing_rows
+from contracts.registry import FAIL, PASS, SKIP, Result, contract
+
+CID = "embed-head"
+RANDOM = "never written (random)"
+
+
+def _key(tensors: dict, suffix: str) -> str | None:
+    keys = sorted((k for k in tensors if k.endswith(suffix)), key=len)
+    return keys[0] if keys else None
+
+
+def _origin(held, obs, role: str) -> str:
+    """Where the tensor the draft holds came from, in the contract's words."""
+    via = "set_embed_and_head" if "set_embed_and_head" in obs.calls else "set_embed"
+    if held.same_object_as and held.same_object_as.startswith("target:"):
+        shared = f"target ({via})"
+        if role == "head" and held.same_object_as.endswith("embed_tokens.weight"):
+            return f"the target's embedding, tied ({via})"
+        return shared
+    if held.unwritten_fraction is not None and held.unwritten_fraction >= 1.0:
+        return RANDOM
+    if held.unwritten_fraction:
+        return f"partly written ({held.unwritten_fraction:.0%} random)"
+    if role == "head" and obs.tied:
+        return "the checkpoint's embedding, tied"
+    return "checkpoint"
+
+
+def _file_fingerprint(ckpt, key: str, like: dict) -> dict:
+    info = ckpt.tensors[key]
+    return fingerprint(file_chunks(ckpt.path / info.file, key, like["chunk_rows"], like["rows"]), like["dtype"],
+                       like["chunk_rows"])
+
+
+def _verify(held, ckpt, key, label: str, ev: dict) -> None:
+    """Evidence that the held values are bit-for-bit the file tensor's (after the engine's dtype cast)."""
+    if held.fingerprint is None or ckpt is None or key not in ckpt.tensors:
+        return
+    want = _file_fingerprint(ckpt, key, held.fingerprint)
+    ev[f"{label}_checksum"] = want["digest"]
+    ev[f"served_equals_{label}"] = want["digest"] == held.fingerprint["digest"]
+    if want["digest"] != held.fingerprint["digest"]:
+        ev[f"first_rows_differing_from_{label}"] = first_differing_rows(held.fingerprint, want)
+
+
+def _tensor_ev(held, origin: str) -> dict:
+    return {"from": origin, "shape": held.shape, "dtype": held.dtype, "same_object_as": held.same_object_as,
+            "checksum": held.fingerprint["digest"] if held.fingerprint else None}
+
+
+@contract(CID, "after the engine's own worker wiring, the draft keeps its trained lm_head (or has a head at all "
+               "when draft_vocab_size is set), and its embedding is the one it was trained with")
+def check_embed_head(subject) -> Result:
+    from contracts.subject import TargetRefused
+
+    if subject.target_path is None:
+        return _without_target(subject)
+    try:
+        obs = subject.embed_head
+    except TargetRefused as e:
+        return Result(CID, SKIP, f"not judged: the engine cannot build the target ({e})", {"target_error": str(e)})
+    ckpt, target = subject.checkpoint, subject.target
+    values = bool(obs.target["has_weights"]) and obs.embed.fingerprint is not None
+    d, t = obs.draft, obs.target
+    embed_origin, head_origin = _origin(obs.embed, obs, "embed"), _origin(obs.head, obs, "head")
+    ckpt_embed, ckpt_head = _key(ckpt.tensors, "embed_tokens.weight"), _key(ckpt.tensors, "lm_head.weight")
+    evidence = {
+        "wiring": {"engine_function": obs.wiring, "calls": obs.calls,
+                   "load_lm_head_from_target": obs.load_lm_head_from_target, "tied": obs.tied,
+                   "draft_hidden_size": d["hidden_size"], "target_hidden_size": d["target_hidden_size"],
+                   "engine_draft_vocab_size": d["draft_vocab_size"], "target_vocab_size": t["vocab_size"],
+                   "target_serving_dtype": t["dtype"]},
+        "embedding": {**_tensor_ev(obs.embed, embed_origin), "checkpoint_tensor": ckpt_embed},
+        "head": {**_tensor_ev(obs.head, head_origin), "checkpoint_tensor": ckpt_head,
+                 "checkpoint_shape": list(ckpt.tensors[ckpt_head].shape) if ckpt_head else None},
+        "value_checks": "chunked checksums of the served tensors against the checkpoint's and the target's files"
+        if values else "skipped: the target directory has no *.safetensors (config.json only), so the values the "
+                       "engine shares from it cannot be compared; structure judged only",
+    }
+    if obs.error:
+        evidence["wiring_error"] = obs.error
+    problems, fixes = [], []
+
+    # --- the embedding --------------------------------------------------------------------------------------
+    e_ev = evidence["embedding"]
+    if values:
+        source = target if embed_origin.startswith("target") else ckpt
+        keys = obs.embed.written_by if embed_origin.startswith("target") else [ckpt_embed]
+        if keys and keys[0]:
+            _verify(obs.embed, source, keys[0], "target" if source is target else "checkpoint", e_ev)
+    if embed_origin.startswith("target") and ckpt_embed:
+        if values and obs.embed.written_by:
+            tkey = obs.embed.written_by[0]
+            a = (ckpt.path / ckpt.tensors[ckpt_embed].file, ckpt_embed)
+            b = (target.path / target.tensors[tkey].file, tkey)
+            cmp = compare_file_tensors(a, b, coarser(ckpt.tensors[ckpt_embed].dtype, target.tensors[tkey].dtype))
+            e_ev["checkpoint_vs_target"] = cmp
+            if not cmp["comparable"] or cmp["rows_differing"]:
+                detail = (f"shape {cmp['shapes'][0]} vs the target's {cmp['shapes'][1]}" if not cmp["comparable"]
+                          else f"{cmp['rows_differing']} of {cmp['shape'][0]} rows differ, first row "
+                               f"{cmp['first_differing_row']}, max |Δ| {cmp['max_abs_diff']:.4g} "
+                               f"in {cmp['compared_as']}")
+                via = obs.calls[0] if obs.calls else "set_embed"
+                problems.append(f"the checkpoint's `{ckpt_embed}` is not the target's embedding ({detail}), but the "
+                                f"engine serves the draft with the target's ({via}): the draft was trained with "
+                                f"another embedding than it runs with")
+                fixes.append(f"train the draft with the target's embedding frozen (as speculators does) — SGLang "
+                             f"{obs.engine['version']} always replaces the draft's embedding with the target's when "
+                             f"hidden sizes agree — or retrain from a checkpoint whose `{ckpt_embed}` equals the "
+                             f"target's")
+        else:
+            e_ev["checkpoint_vs_target"] = "skipped: no target weights"
+    elif embed_origin == RANDOM or embed_origin.startswith("partly"):
+        why = ""
+        if "set_embed" in obs.calls and d["has_target_hidden_size"] and d["target_hidden_size"] != d["hidden_size"]:
+            why = (f": set_embed returned without sharing because target_hidden_size ({d['target_hidden_size']}) != "
+                   f"hidden_size ({d['hidden_size']})")
+        have = f"`{ckpt_embed}` did not fill it" if ckpt_embed else "the checkpoint has no embed_tokens"
+        problems.append(f"the draft's embedding is {embed_origin}{why}, and {have}")
+        fixes.append(f"save the embedding the draft was trained with as `embed_tokens.weight` "
+                     f"[{obs.embed.shape[0]}, {d['hidden_size']}] (SGLang does not share the target's embedding "
+                     f"into a draft whose hidden size differs from the target's)")
+
+    # --- the head -------------------------------------------------------------------------------------------
+    h_ev = evidence["head"]
+    if values and ckpt_head and head_origin == "checkpoint":
+        _verify(obs.head, ckpt, ckpt_head, "checkpoint", h_ev)
+        if h_ev.get("served_equals_checkpoint") is False:
+            problems.append(f"the served head differs from the checkpoint's `{ckpt_head}` (first rows "
+                            f"{h_ev.get('first_rows_differing_from_checkpoint')})")
+            fixes.append(f"save `{ckpt_head}` once, in the shape and name the engine loads")
+    if ckpt_head and head_origin.startswith("target"):
+        rows = h_ev["checkpoint_shape"][0]
+        problems.append(f"the trained `{ckpt_head}` {h_ev['checkpoint_shape']} is replaced by the target's head "
+                        f"{obs.head.shape} (set_embed_and_head, because draft_vocab_size is null): the trained "
+                        f"head is lost")
+        fixes.append(f"set `draft_vocab_size: {rows}` in config.json (the rows of the trained head"
+                     + (", with d2t mapping them" if t["vocab_size"] and rows < t["vocab_size"] else "")
+                     + ") so the engine loads it instead of the target's")
+    elif ckpt_head and obs.tied:
+        problems.append(f"tie_word_embeddings makes the draft's head its embedding ({head_origin}): the trained "
+                        f"`{ckpt_head}` {h_ev['checkpoint_shape']} is dropped")
+        fixes.append("set `tie_word_embeddings: false` in config.json: the checkpoint has its own trained lm_head")
+    elif head_origin == RANDOM or head_origin.startswith("partly"):
+        have = f"`{ckpt_head}` did not fill it" if ckpt_head else "the checkpoint has no lm_head"
+        problems.append(f"the draft's head is {head_origin}: {have} although draft_vocab_size is "
+                        f"{d['draft_vocab_size']}, so every draft token comes from a random head")
+        fixes.append(f"save the trained head as `lm_head.weight` [{obs.head.shape[0]}, {d['hidden_size']}]; or, if "
+                     f"the draft is meant to use the target's head, set `draft_vocab_size: null` and remove d2t/t2d")
+    if obs.error:
+        problems.append(f"the engine's worker wiring raised: {obs.error}")
+
+    if problems:
+        return Result(CID, FAIL, "; ".join(problems), evidence, "; ".join(dict.fromkeys(fixes)) or None)
+    note = ""
+    if isinstance(e_ev.get("checkpoint_vs_target"), dict):
+        note = f", equal to the checkpoint's `{ckpt_embed}` in {e_ev['checkpoint_vs_target']['compared_as']}"
+    elif ckpt_embed is None and embed_origin.startswith("target"):
+        note = " (the checkpoint has no embed_tokens)"
+    head_note = f" (trained {h_ev['checkpoint_shape']} kept)" if ckpt_head and head_origin == "checkpoint" else ""
+    skipped = "" if values else "; value checks skipped: no target weights"
+    return Result(CID, PASS, f"embedding: {embed_origin}{note}; head: {head_origin}{head_note}{skipped}", evidence)
+
+
+def _without_target(subject) -> Result:
+    """Without a target the wiring cannot run; a head nothing will ever write is still decidable."""
+    obs = subject.load
+    head = next((p for p in obs.params if p.name == "lm_head.weight"), None)
+    if head is not None and head.unwritten_fraction >= 1.0 and not head.shared_from_target:
+        return Result(CID, FAIL, f"the draft's head is {RANDOM}: the checkpoint has no lm_head although "
+                      f"draft_vocab_size is {obs.config.get('draft_vocab_size')}",
+                      {"head": {"from": RANDOM, "shape": head.shape}},
+                      "save the trained head as `lm_head.weight`; or set `draft_vocab_size: null` and remove d2t/t2d")
+    return Result(CID, SKIP, "not judged: the engine's embedding/head wiring needs the target (give --target)",
+                  {"reason": "no target"})

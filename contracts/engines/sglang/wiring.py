@@ -1,0 +1,178 @@
+"""Run SGLang's own worker wiring of an EAGLE-3 draft to its target on a CPU and report which embedding and
+which head the draft holds afterwards.
+
+Contract served: ``embed-head``. In 0.5.23 ``EagleDraftWorker.init_lm_head`` shares the target's embedding
+into the draft (``set_embed``) and, when the draft config has no ``draft_vocab_size``, the target's head too
+(``set_embed_and_head``), replacing a trained head; ``set_embed`` returns without a word when
+``target_hidden_size != hidden_size``, leaving a draft without ``embed_tokens`` on a random embedding.
+Nothing is re-implemented: the draft is the one ``loader.load_traced`` built and loaded (NaN sentinel), the
+target is SGLang's own class for the target config (``ModelConfig`` + ``_initialize_model``), built on the
+``meta`` device with only its embedding and head given storage and loaded by its own ``load_weights`` (the
+wiring touches nothing else, so memory stays bounded on real targets), and the engine's unbound
+``init_token_map`` / ``init_lm_head`` run on a stand-in worker that holds the two models.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint
+from contracts.engines.sglang.context import engine_version, ensure_context
+from contracts.engines.sglang.loader import (EMBED_PARAM, HEAD_PARAM, EngineBuildError, _LoadTracer,
+                                             _unwritten_fraction, build_model, load_traced)
+from contracts.fingerprint import chunk_rows_for, fingerprint, tensor_chunks
+from contracts.observations import TensorFate
+from contracts.observations_wiring import HeldTensor, WiringObservation
+
+TARGET_KEY_SUFFIXES = ("embed_tokens.weight", "lm_head.weight")
+TRACED_DRAFT_METHODS = ("set_embed", "set_embed_and_head", "set_lm_head_from_target")
+
+
+class TargetBuildError(EngineBuildError):
+    """SGLang itself refused the target config or could not build the target class."""
+
+
+def build_target(target_dir: Path):
+    """The target as SGLang builds it (``is_draft_model=False``), on ``meta``; returns ``(model, model_config)``."""
+    ensure_context()
+    from sglang.srt.configs.model_config import ModelConfig
+
+    try:
+        mc = ModelConfig(str(target_dir), is_draft_model=False, trust_remote_code=False)
+    except Exception as e:
+        raise TargetBuildError(f"SGLang's ModelConfig rejected the target config: {type(e).__name__}: {e}") from None
+    try:
+        return build_model(mc, device="meta"), mc
+    except EngineBuildError as e:
+        raise TargetBuildError(str(e).replace("the draft model", "the target model")) from None
+
+
+def _materialise(model, param) -> None:
+    """Give one meta parameter real CPU storage holding the NaN sentinel, keeping SGLang's attributes on it."""
+    import torch
+
+    for module in model.modules():
+        if getattr(module, "weight", None) is param and param.is_meta:
+            real = torch.nn.Parameter(torch.full(param.shape, float("nan"), dtype=param.dtype),
+                                      requires_grad=param.requires_grad)
+            real.__dict__.update(param.__dict__)  # weight_loader, input_dim, output_dim (set_weight_attrs)
+            module.weight = real
+
+
+def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None]:
+    """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``."""
+    ckpt = Checkpoint.open(target_dir, require_weights=False)
+    if not ckpt.has_weights:
+        return False, {}, None
+    for p in set(target.get_embed_and_head()):  # the engine's own accessor: what the wiring will share
+        _materialise(target, p)
+    keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
+    fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
+    tracer = _LoadTracer(target)
+    error = tracer.load(((k, ckpt.load_tensor(k)) for k in keys), fates)
+    return True, {k: f.reached for k, f in fates.items()}, error
+
+
+def _owner_rows(models, param) -> int:
+    """Rows that hold vocabulary entries (SGLang pads vocab-parallel weights to a multiple of 64)."""
+    for model in models:
+        for module in model.modules():
+            if getattr(module, "weight", None) is param:
+                return int(getattr(module, "org_vocab_size", param.shape[0]))
+    return int(param.shape[0])
+
+
+def _held(name, param, own, names, written, models) -> HeldTensor:
+    dtype = str(param.dtype).removeprefix("torch.")
+    values = not param.is_meta
+    fp = None
+    if values:
+        rows = min(_owner_rows(models, param), param.shape[0])
+        step = chunk_rows_for(param.shape)
+        fp = fingerprint(tensor_chunks(param, step, rows), dtype, step)
+    same = names.get(id(param))
+    return HeldTensor(param=name, shape=list(param.shape), dtype=dtype,
+                      same_object_as=None if param is own else same, replaced=param is not own,
+                      unwritten_fraction=_unwritten_fraction(param) if values else None,
+                      written_by=written.get(id(param), []), fingerprint=fp)
+
+
+def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
+    """What the draft in ENGINE_DIR holds after SGLang's worker wiring to the target in TARGET_DIR."""
+    import torch
+
+    _, mc, draft, tracer, fates, _ = load_traced(engine_dir)
+    target, target_mc = build_target(Path(target_dir))
+    has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
+
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)
+    calls: list[str] = []
+    for method in TRACED_DRAFT_METHODS:  # record which branch the worker takes (instance attrs, removed below)
+        original = getattr(draft, method, None)
+        if original is not None:
+            def traced(*args, _m=method, _f=original, **kwargs):
+                calls.append(_m)
+                return _f(*args, **kwargs)
+            setattr(draft, method, traced)
+
+    # The stand-in worker: only what init_token_map / init_lm_head / _resolve_shared_embed_and_head read.
+    worker = types.SimpleNamespace(
+        # the target worker's runner: `.model` (get_embed_and_head, lm_head), `.model_config.model_path`/
+        # `.revision` and `.load_config` (read only when the target's embedding lives on another PP stage)
+        target_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
+            model=target, model_config=target_mc, load_config=LoadConfig())),
+        # the draft worker's runner: `.model` is the draft loaded above
+        draft_runner=types.SimpleNamespace(model=draft),
+        # set by the worker's constructor from --speculative-algorithm EAGLE3
+        speculative_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
+    )
+    worker._resolve_shared_embed_and_head = types.MethodType(EagleDraftWorker._resolve_shared_embed_and_head, worker)
+    error = None
+    with torch.no_grad():
+        try:
+            EagleDraftWorker.init_token_map(worker)  # the engine's own: hot_token_id (None for EAGLE-3)
+            EagleDraftWorker.init_lm_head(worker)
+        except Exception as e:  # the engine's own refusal is the observation
+            error = f"{type(e).__name__}: {e}"
+    for method in TRACED_DRAFT_METHODS:
+        draft.__dict__.pop(method, None)
+
+    names = {id(p): f"target:{n}" for n, p in target.named_parameters(remove_duplicate=False)}
+    names.setdefault(id(own_embed), f"draft:{EMBED_PARAM}")
+    written = {}
+    for fate in fates.values():
+        for call in fate.calls:
+            if call.error is None:
+                written.setdefault(id(tracer.params[call.param]), []).append(fate.key)
+    target_params = dict(target.named_parameters())
+    for key, params in target_loaded.items():
+        for p in params:
+            written.setdefault(id(target_params[p]), []).append(key)
+
+    cfg, tcfg = mc.hf_config, target_mc.hf_config
+    hot = getattr(worker, "hot_token_id", None)
+    return WiringObservation(
+        engine={"name": "sglang", "version": engine_version()},
+        wiring="EagleDraftWorker.init_lm_head",
+        calls=calls,
+        load_lm_head_from_target=bool(getattr(draft, "load_lm_head_from_target", False)),
+        tied=draft.lm_head is draft.model.embed_tokens,
+        draft={"hidden_size": cfg.hidden_size, "has_target_hidden_size": hasattr(cfg, "target_hidden_size"),
+               "target_hidden_size": getattr(cfg, "target_hidden_size", None), "vocab_size": cfg.vocab_size,
+               "draft_vocab_size": getattr(cfg, "draft_vocab_size", None),
+               "tie_word_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
+               "model_dtype": str(mc.dtype).removeprefix("torch.")},
+        target={"class": type(target).__name__, "dtype": str(target_mc.dtype).removeprefix("torch."),
+                "hidden_size": getattr(tcfg, "hidden_size", None), "vocab_size": getattr(tcfg, "vocab_size", None),
+                "tie_word_embeddings": bool(getattr(tcfg, "tie_word_embeddings", False)),
+                "has_weights": has_weights, "loaded": target_loaded, "load_error": target_error},
+        embed=_held(EMBED_PARAM, draft.get_parameter(EMBED_PARAM), own_embed, names, written, (target, draft)),
+        head=_held(HEAD_PARAM, draft.get_parameter(HEAD_PARAM), own_head, names, written, (target, draft)),
+        hot_token_id_len=None if hot is None else int(hot.shape[0]),
+        error=error,
+    )
