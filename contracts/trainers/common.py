@@ -72,7 +72,7 @@ def record_fixture(name: str, directory: Path, *, trainer: str, trainer_version:
                    **details) -> dict:
     """Add or replace one fixture's entry in fixtures/manifest.json (paths relative to the repo)."""
     manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
-    if trainer != "transformers":
+    if trainer != "transformers" and details.get("role") != "target":
         details.setdefault("target", "target-llama-tiny")  # every draft here is paired with the tiny target
     entry = {
         "path": os.path.relpath(directory, REPO_ROOT),
@@ -86,3 +86,90 @@ def record_fixture(name: str, directory: Path, *, trainer: str, trainer_version:
     manifest[name] = entry
     MANIFEST.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
     return entry
+
+
+# --- forward-parity references (issue 6): the inputs every trainer's step-0 forward is fed -------------
+# One fixed prompt of T + 1 target-vocab ids goes through the tiny target (transformers, fp32); the draft
+# then sees the EAGLE-3 pairing every trainer and SGLang use at a fresh sequence: input_ids[i] =
+# prompt[i + 1] embedded together with the target's aux hidden states at position i, positions 0..T-1.
+
+REFERENCES = FIXTURES / "references"
+REFERENCE_TOKENS = 8  # T
+REFERENCE_ALIGNMENT = (
+    "input_ids[i] = prompt[i+1] is embedded together with hidden_states[i], the target's aux hidden states "
+    "after reading prompt[0..i] (HF output_hidden_states at the indices in hidden_states_source, concatenated "
+    "low..high); positions[i] = i; logits[i] = the trainer's step-0 (first TTT step) draft logits over the "
+    "draft vocab (draft id j is target id j + d2t[j])"
+)
+
+
+def reference_prompt() -> list[int]:
+    """T + 1 fixed ids in the target vocab, from the common seed (stdlib only, so identical in every env)."""
+    rng = random.Random(SEED)
+    return [rng.randrange(TARGET_VOCAB) for _ in range(REFERENCE_TOKENS + 1)]
+
+
+def target_reference_inputs(hf_hidden_state_indices: list[int]) -> tuple[dict, dict]:
+    """The tiny target's real aux hidden states for reference_prompt() at the given HF
+    `output_hidden_states` indices (each trainer converts its own aux-id convention to these).
+
+    Returns (tensors, metadata): input_ids int64 [T], positions int64 [T], hidden_states float32
+    [T, k*H], and target_logits float32 [T, target vocab] (the target's logits at positions 1..T, the
+    teacher a training step is given; not stored in the reference)."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    prompt = torch.tensor(reference_prompt(), dtype=torch.long)
+    path = os.path.relpath(TARGET_DIR, REPO_ROOT)
+    target = AutoModelForCausalLM.from_pretrained(str(TARGET_DIR), dtype=torch.float32,
+                                                  attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        out = target(prompt[None], output_hidden_states=True)
+    t = REFERENCE_TOKENS
+    hidden = torch.cat([out.hidden_states[k][0, :t] for k in hf_hidden_state_indices], dim=-1)
+    tensors = {
+        "input_ids": prompt[1:].clone(),
+        "positions": torch.arange(t, dtype=torch.long),
+        "hidden_states": hidden.float().contiguous(),
+        "target_logits": out.logits[0, 1:].float().contiguous(),
+    }
+    metadata = {
+        "prompt": json.dumps(prompt.tolist()),
+        "hidden_states_source": (
+            f"{path} ({type(target).__name__}, transformers {transformers.__version__}, float32, sdpa) "
+            f"over prompt[0..T-1]: output_hidden_states{list(hf_hidden_state_indices)}"),
+        "alignment": REFERENCE_ALIGNMENT,
+    }
+    return tensors, metadata
+
+
+def write_reference(name: str, tensors: dict, metadata: dict[str, str]) -> dict:
+    """Write fixtures/references/<name>.safetensors and return the manifest's "reference" field.
+
+    safetensors writes its `__metadata__` map in a per-process random order; the header is rewritten
+    with the keys sorted (same length, same tensors) so a rebuild is byte-identical."""
+    from safetensors.torch import save
+
+    if not all(isinstance(v, str) and v.isascii() for v in metadata.values()):
+        raise ValueError("reference metadata must be ASCII strings")
+    data = bytearray(save(tensors, metadata=metadata))
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(bytes(data[8:8 + n]))
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    canon = json.dumps({"__metadata__": header.pop("__metadata__"), **header}, separators=(",", ":"))
+    if len(canon) != len(bytes(data[8:8 + n]).rstrip(b" ")):
+        raise RuntimeError("could not canonicalise the safetensors header")
+    data[8:8 + n] = canon.encode().ljust(n, b" ")
+    REFERENCES.mkdir(parents=True, exist_ok=True)
+    path = REFERENCES / f"{name}.safetensors"
+    path.write_bytes(bytes(data))
+    return {
+        "path": os.path.relpath(path, REPO_ROOT),
+        "sha256": hashlib.sha256(bytes(data)).hexdigest(),
+        "tensors": {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
+                    for k, v in sorted(tensors.items())},
+        "functions_called": json.loads(metadata["functions_called"]),
+        "attn_implementation": metadata["attn_implementation"],
+        "dtype": metadata["dtype"],
+    }

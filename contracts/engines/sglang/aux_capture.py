@@ -21,12 +21,12 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
-from contracts.engines.sglang.cpu_forward import extend_forward, init_random
+from contracts.engines.sglang.cpu_forward import extend_forward, init_random, target_forward, uses_latent_attention
 from contracts.observations import AuxCaptureObservation
 
 TINY = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
         "shared_expert_intermediate_size": 64, "num_attention_heads": 4, "head_dim": 16,
-        "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+        "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
         "n_group": 1, "topk_group": 1}
 EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 SMALL_TARGET_PARAMS = 50_000_000  # targets up to this size are run with their own weights
@@ -114,7 +114,7 @@ def _hook_kind(cls) -> str:
         source = inspect.getsource(hook)
     except (OSError, TypeError):
         return "implemented"
-    if "hasattr(" in source:
+    if "hasattr(" in source and "raise" not in source:
         return "delegates only if the inner model implements it"
     if "language_model" in source or ".model.set_eagle3" in source:
         return "delegates to the inner language model"
@@ -215,6 +215,9 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
             model.load_weights(target.iter_tensors())
         else:
             init_random(model)
+            finish = getattr(model, "post_load_weights", None)
+            if callable(finish):  # what the engine's load_weights ends with (e.g. MLA's absorbed w_kc / w_vc)
+                finish()
         obs.use_aux_hidden_state, obs.aux_layer_ids = _resolve_aux_config(tiny_draft, target_mc)
         try:
             configure_aux_hidden_state_capture(model=model, eagle_use_aux_hidden_state=obs.use_aux_hidden_state,
@@ -227,13 +230,16 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         obs.layers_to_capture = list(owner.layers_to_capture) if owner is not None else None
         input_ids = torch.tensor([i % vocab for i in INPUT_IDS])
         try:
-            out = extend_forward(model, target_mc.hf_config, torch.float32, input_ids)
+            out = target_forward(model, target_mc.hf_config, torch.float32, input_ids)
         except Exception as e:
             obs.evidence = "static"
-            obs.evidence_reason = f"the tiny {arch} forward does not run on CPU: {type(e).__name__}: {str(e)[:300]}"
+            obs.evidence_reason = (f"the tiny {arch} forward does not run on CPU with SGLang's torch-native attention "
+                                   f"backend (the one that runs on a CPU): {type(e).__name__}: {str(e)[:300]}")
             return obs
         captured = out.hidden_states
         obs.evidence = "observed"
+        if uses_latent_attention(target_mc.hf_config):
+            obs.tiny_target += "; run as decode steps (the engine's absorbed MLA form, see cpu_forward.decode_forward)"
         obs.hidden_width = int(captured.shape[-1])
         obs.tiny_hidden_size = hidden
         if own_weights and obs.layers_to_capture:

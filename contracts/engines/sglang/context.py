@@ -55,7 +55,9 @@ def ensure_context() -> None:
                 distributed_init_method=f"tcp://127.0.0.1:{_free_loopback_port()}",
             )
         reset_context()
-        publish(ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1), role="test",
+        # device="cpu": the truth here; SGLang's layers that ask the published device (e.g. DeepSeek's
+        # MLA rope, via get_rope_wrapper) then take their own CPU code path instead of probing for a GPU.
+        publish(ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1, device="cpu"), role="test",
                 ranks=SpawnRanks(world_rank=0))
         get_parallel().override_permanently(world_group=parallel_state._WORLD)
         initialize_model_parallel(backend="gloo")

@@ -12,14 +12,42 @@ import types
 PAGE = 1
 
 
-def _pools(num_layers: int, kv_heads: int, head_dim: int, dtype, tokens: int, v_head_dim: int | None = None):
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+def _pools(text, dtype, tokens: int):
+    """SGLang's request pool and the KV pool its model runner would choose for this config: the latent
+    (MLA) pool for multi-head latent attention (``kv_lora_rank`` set, as DeepSeek-V2/V3 and Kimi), else MHA."""
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool, ReqToTokenPool
 
     req = ReqToTokenPool(size=1, max_context_len=tokens + 8, device="cpu", enable_memory_saver=False)
-    kv = MHATokenToKVPool(size=tokens + 8, page_size=PAGE, dtype=dtype, head_num=kv_heads, head_dim=head_dim,
-                          layer_num=num_layers, device="cpu", enable_memory_saver=False, enable_alt_stream=False,
-                          v_head_dim=v_head_dim)
+    layers = int(text.num_hidden_layers)
+    if getattr(text, "kv_lora_rank", None):
+        kv = MLATokenToKVPool(size=tokens + 8, page_size=PAGE, dtype=dtype, kv_lora_rank=int(text.kv_lora_rank),
+                              qk_rope_head_dim=int(text.qk_rope_head_dim), layer_num=layers, device="cpu",
+                              enable_memory_saver=False)
+        return req, kv
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    kv = MHATokenToKVPool(size=tokens + 8, page_size=PAGE, dtype=dtype, head_num=int(kv_heads),
+                          head_dim=int(head_dim), layer_num=layers, device="cpu", enable_memory_saver=False,
+                          enable_alt_stream=False, v_head_dim=None)
     return req, kv
+
+
+def uses_latent_attention(hf_config) -> bool:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the KV pool holds the compressed latent."""
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    return bool(getattr(text, "kv_lora_rank", None))
+
+
+def _run(model, backend, batch, input_ids):
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+    batch.capture_hidden_mode = CaptureHiddenMode.FULL
+    batch.attn_backend = backend
+    backend.init_forward_metadata(batch)
+    with torch.no_grad(), forward_context(ForwardContext(attn_backend=backend)):
+        return model(input_ids, batch.positions, batch)
 
 
 def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=None):
@@ -30,14 +58,11 @@ def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=Non
     """
     import torch
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
-    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     n = int(input_ids.shape[0])
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    req, kv = _pools(int(text.num_hidden_layers), int(kv_heads), int(head_dim), dtype, n)
+    req, kv = _pools(text, dtype, n)
     backend = TorchNativeAttnBackend(types.SimpleNamespace(device="cpu", req_to_token_pool=req, token_to_kv_pool=kv))
     locs = torch.arange(PAGE, PAGE + n, dtype=torch.int64)
     req.req_to_token[0, :n] = locs.to(req.req_to_token.dtype)
@@ -50,14 +75,53 @@ def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=Non
     batch.extend_seq_lens = seq.clone()
     batch.extend_seq_lens_cpu = [n]
     batch.extend_num_tokens = n
-    batch.capture_hidden_mode = CaptureHiddenMode.FULL
-    batch.attn_backend = backend
     if spec_hidden_states is not None:
         # The EAGLE worker hands the draft the target's (aux) hidden states through spec_info.hidden_states.
         batch.spec_info = types.SimpleNamespace(hidden_states=spec_hidden_states)
-    backend.init_forward_metadata(batch)
-    with torch.no_grad(), forward_context(ForwardContext(attn_backend=backend)):
-        return model(input_ids, batch.positions, batch)
+    return _run(model, backend, batch, input_ids)
+
+
+def decode_forward(model, hf_config, dtype, input_ids):
+    """Run ``model`` over ``input_ids`` one token per step in decode mode (the KV cache growing as in serving),
+    capturing hidden states in full; returns SGLang's ``LogitsProcessorOutput`` of the last step with
+    ``hidden_states`` and ``next_token_logits`` of every step stacked in token order.
+
+    Why it exists: SGLang dispatches a fresh prefill of a latent-attention (MLA) model to its MHA form, which
+    hands K/V to the backend as given; the torch-native backend (the one that runs on a CPU) always reads K/V
+    back from the KV pool, which for MLA holds the latent, so that form fails (measured on 0.5.23:
+    ``Expected size for first two dimensions of batch2 tensor to be: [4, 24] but got: [4, 40]``). Decode
+    steps take SGLang's absorbed MLA form, which reads exactly that latent.
+    """
+    import torch
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    n = int(input_ids.shape[0])
+    req, kv = _pools(text, dtype, n)
+    backend = TorchNativeAttnBackend(types.SimpleNamespace(device="cpu", req_to_token_pool=req, token_to_kv_pool=kv))
+    locs = torch.arange(PAGE, PAGE + n, dtype=torch.int64)
+    req.req_to_token[0, :n] = locs.to(req.req_to_token.dtype)
+    hidden, logits, out = [], [], None
+    for i in range(n):
+        seq = torch.tensor([i + 1], dtype=torch.int32)
+        ids = input_ids[i:i + 1]
+        batch = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=1, input_ids=ids,
+                             req_pool_indices=torch.tensor([0]), seq_lens=seq, seq_lens_cpu=seq.clone(),
+                             out_cache_loc=locs[i:i + 1], seq_lens_sum=i + 1, positions=torch.tensor([i]))
+        out = _run(model, backend, batch, ids)
+        hidden.append(out.hidden_states)
+        logits.append(out.next_token_logits)
+    out.hidden_states = None if hidden[0] is None else torch.cat(hidden)
+    out.next_token_logits = torch.cat(logits)
+    return out
+
+
+def target_forward(model, hf_config, dtype, input_ids):
+    """A target's forward over ``input_ids`` on a CPU: one extend, or decode steps for latent attention."""
+    if uses_latent_attention(hf_config):
+        return decode_forward(model, hf_config, dtype, input_ids)
+    return extend_forward(model, hf_config, dtype, input_ids)
 
 
 def init_random(model, seed: int = 0) -> None:
