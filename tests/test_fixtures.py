@@ -50,3 +50,65 @@ def test_train_defaults_differ_from_library_defaults_as_documented():
     assert flags["norm_before_residual"] and flags["norm_before_fc"] and flags["norm_output"]
     assert not MANIFEST["speculators-default"]["config_flags"]["norm_before_residual"]
     assert MANIFEST["speculators-train"]["dtype"] == "bfloat16"
+
+
+# forward-parity (issue 6): each trainer-built draft has its trainer's step-0 reference forward committed.
+REFERENCE_TENSORS = {
+    "input_ids": ("torch.int64", [8]),
+    "positions": ("torch.int64", [8]),
+    "hidden_states": ("torch.float32", [8, 3 * 64]),
+    "logits": ("torch.float32", [8, 64]),
+}
+REFERENCE_METADATA = {"trainer", "version", "functions_called", "attn_implementation", "dtype", "fixture",
+                      "weights", "embed_tokens", "hidden_states_source", "prompt", "alignment"}
+
+
+def _reference(name):
+    ref = MANIFEST[name]["reference"]
+    with safe_open(str(REPO / ref["path"]), framework="pt") as f:
+        return ref, {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+
+
+@pytest.mark.parametrize("name", ["specforge", "speculators-default", "speculators-train"])
+def test_reference_forward_is_committed_with_its_draft(name):
+    import hashlib
+
+    import torch
+
+    entry = MANIFEST[name]
+    ref, tensors, meta = _reference(name)
+    path = REPO / ref["path"]
+    assert path == FIXTURES / "references" / f"{name}.safetensors"
+    raw = path.read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == ref["sha256"]
+    # the builder sorts the metadata keys so a rebuild is byte-identical
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    assert list(header["__metadata__"]) == sorted(header["__metadata__"])
+
+    assert {k: (str(t.dtype), list(t.shape)) for k, t in tensors.items()} == REFERENCE_TENSORS
+    assert ref["tensors"] == {k: {"dtype": d.removeprefix("torch."), "shape": s}
+                              for k, (d, s) in sorted(REFERENCE_TENSORS.items())}
+    assert tensors["positions"].tolist() == list(range(8))
+    assert 0 <= int(tensors["input_ids"].min()) and int(tensors["input_ids"].max()) < 512
+    assert json.loads(meta["prompt"])[1:] == tensors["input_ids"].tolist()
+    for k in ("hidden_states", "logits"):
+        assert torch.isfinite(tensors[k]).all() and tensors[k].abs().max() > 0
+
+    assert REFERENCE_METADATA <= set(meta)
+    assert (meta["fixture"], meta["trainer"], meta["version"]) == (name, entry["trainer"], entry["trainer_version"])
+    assert meta["dtype"] == ref["dtype"] == "float32"
+    assert meta["attn_implementation"] == ref["attn_implementation"]
+    assert json.loads(meta["functions_called"]) == ref["functions_called"]
+    assert json.loads(meta["aux_layer_ids"]) == entry["aux_layer_ids"]
+
+
+def test_references_share_their_inputs():
+    """One prompt through the one target; both trainers' default aux layers are HF hidden_states[2, 4, 5]
+    of the 8-layer target (speculators ids [2, 4, 5], specforge ids [1, 3, 4] + 1), so the inputs agree."""
+    import torch
+
+    names = ["specforge", "speculators-default", "speculators-train"]
+    inputs = {n: _reference(n)[1] for n in names}
+    for n in names[1:]:
+        for k in ("input_ids", "positions", "hidden_states"):
+            assert torch.equal(inputs[n][k], inputs[names[0]][k]), (n, k)

@@ -9,12 +9,25 @@ library's own functions, stops before the first optimizer step, saves the checkp
 CheckpointManager and exports it with specforge.export.to_sglang.export_to_sglang.
 
 Deliberate differences from a real run, none of which reaches the exported bytes:
-  * the target is a config-only directory written from common.TARGET_GEOMETRY (no weights), so
-    `model.load_target_embedding` is off (the export drops embed_tokens anyway) and the offline
-    TargetHead (target lm_head, used only by the loss) is not loaded;
+  * the offline TargetHead (target lm_head, used only by the loss) is not loaded: specforge's
+    TargetHead.from_pretrained requires a sharded checkpoint (`*.index.json`), the tiny target has one file;
   * specforge's generated draft template (1 layer, target geometry) has draft_vocab_size 32000; it is
     scaled to common.DRAFT_VOCAB and handed back as `model.draft_model_config`, as a user would;
   * the token counts are common.token_frequencies() instead of counts over a dataset.
+As in a real run the target is fixtures/targets/llama-tiny (weights included) and
+`model.load_target_embedding` is on (the default): the draft's frozen embedding is the target's, which
+the trainer's filter and the SGLang export then drop (SGLang shares the target's embedding at serving).
+
+The `forward-parity` reference, fixtures/references/specforge.safetensors: a second run configuration
+identical but for `model.draft_checkpoint_path` = the committed export (specforge's own warm start,
+`warm_start_draft_model`), `model.torch_dtype` float32 and `training.attention_backend` sdpa (the
+default flex_attention is not used on CPU), so the draft is rebuilt by the library from exactly the
+exported bf16 weights plus the target's float32 embedding (load_embedding). The tiny target's real
+aux hidden states at the draft's capture layers go through the training step itself,
+`Eagle3TrainStrategy.forward_loss` -> `OnlineEagle3Model.forward`, and a forward hook on the draft's
+lm_head records the step-0 logits and stops the step there (the fused Triton loss that follows needs
+a GPU). specforge compiles LlamaRMSNorm.forward with torch.compile; that runs as in training (inductor,
+CPU).
 
 Run: `tox -e fixtures-specforge` (python -m contracts.trainers.specforge, PYTHONPATH=repo root).
 """
@@ -22,6 +35,7 @@ Run: `tox -e fixtures-specforge` (python -m contracts.trainers.specforge, PYTHON
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections import Counter
@@ -31,20 +45,26 @@ from pathlib import Path
 from contracts.trainers.common import (
     DRAFT_VOCAB,
     FIXTURES,
+    REPO_ROOT,
     SEED,
+    TARGET_DIR,
     TARGET_GEOMETRY,
     record_fixture,
+    target_reference_inputs,
     token_frequencies,
+    write_reference,
 )
 
 OUT_DIR = FIXTURES / "drafts" / "specforge"
 RUN_ID = "fixture"
+TARGET_PATH = os.path.relpath(TARGET_DIR, REPO_ROOT)  # "fixtures/targets/llama-tiny"; main() runs from the repo root
 
 FUNCTIONS_CALLED = [
     "accelerate.utils.set_seed",
     "specforge.application.composition.resolve_run",
     "specforge.training.model_loading.resolve_draft_config",
     "specforge.algorithms.model_providers.build_eagle3_draft",
+    "specforge.modeling.draft.base.Eagle3DraftModel.load_embedding",
     "specforge.algorithms.eagle3.model.OnlineEagle3Model",
     "specforge.algorithms.model_providers.resolve_eagle_capture_layers",
     "specforge.training.assembly._install_dataset_vocab_mapping",
@@ -55,10 +75,23 @@ FUNCTIONS_CALLED = [
 ]
 
 
+def run_config(work: Path) -> dict:
+    """The run as `specforge train` would be configured (offline data source, eagle3 strategy)."""
+    features_dir = work / "features"  # offline data source of the run; never read (no training step)
+    features_dir.mkdir(parents=True, exist_ok=True)
+    return {
+        "model": {"target_model_path": TARGET_PATH, "load_target_embedding": True},
+        "data": {"hidden_states_path": str(features_dir), "cache_dir": str(work / "cache")},
+        "training": {"strategy": "eagle3", "seed": SEED},
+        "run_id": RUN_ID,
+        "output_dir": str(work / "output"),
+    }
+
+
 def build(work: Path) -> dict:
     import torch
     from accelerate.utils import set_seed
-    from transformers import LlamaConfig
+    from transformers import AutoConfig
 
     from specforge.algorithms.eagle3.model import OnlineEagle3Model
     from specforge.algorithms.model_providers import (
@@ -72,20 +105,8 @@ def build(work: Path) -> dict:
     from specforge.training.checkpoint import CheckpointManager
     from specforge.training.model_loading import resolve_draft_config
 
-    # The tiny target, config only (architecture fields are all specforge reads from it here).
-    target_dir = work / "target"
-    target_config = LlamaConfig(architectures=["LlamaForCausalLM"], **TARGET_GEOMETRY)
-    target_config.save_pretrained(target_dir)
-    features_dir = work / "features"  # offline data source of the run; never read (no training step)
-    features_dir.mkdir()
-
-    run = {
-        "model": {"target_model_path": str(target_dir), "load_target_embedding": False},
-        "data": {"hidden_states_path": str(features_dir), "cache_dir": str(work / "cache")},
-        "training": {"strategy": "eagle3", "seed": SEED},
-        "run_id": RUN_ID,
-        "output_dir": str(work / "output"),
-    }
+    target_config = AutoConfig.from_pretrained(TARGET_PATH)
+    run = run_config(work)
     cfg = Config.model_validate(run)
 
     # cli._train: seed first (random, numpy, torch).
@@ -102,6 +123,7 @@ def build(work: Path) -> dict:
     cfg = Config.model_validate(run)
 
     # training.assembly.build_model_bundle -> _load_draft -> provider.build_draft
+    # (load_target_embedding: the target's model.embed_tokens.weight is copied in and frozen)
     draft_config = resolve_draft_config(cfg, provider=provider.draft_config)
     draft_model = build_eagle3_draft(cfg, draft_config)
     # provider.build_training_model (model_providers.build_eagle3_model) minus the offline TargetHead.
@@ -154,9 +176,144 @@ def build(work: Path) -> dict:
     assert draft_model.t2d.nonzero().flatten().tolist() == selected
     return {
         "export_dir": export_dir,
+        "draft_config_path": draft_config_path,
         "selected_target_ids": selected,
         "aux_layer_ids": list(aux_layer_ids),
     }
+
+
+REFERENCE_FUNCTIONS = [
+    "accelerate.utils.set_seed",
+    "specforge.application.composition.resolve_run",
+    "specforge.training.model_loading.resolve_draft_config",
+    "specforge.algorithms.model_providers.build_eagle3_draft",
+    "specforge.training.model_loading.warm_start_draft_model",
+    "specforge.modeling.draft.base.Eagle3DraftModel.load_embedding",
+    "specforge.algorithms.eagle3.model.OnlineEagle3Model",
+    "specforge.algorithms.eagle3.providers.build_step",
+    "specforge.training.strategies.base.Eagle3TrainStrategy.forward_loss",
+    "specforge.algorithms.eagle3.model.OnlineEagle3Model.forward",
+    "specforge.modeling.draft.llama3_eagle.LlamaForCausalLMEagle3.compute_logits",
+    "torch.nn.Module.register_forward_hook(LlamaForCausalLMEagle3.lm_head)",
+]
+REFERENCE_ATTN = "sdpa"
+
+
+class _Step0Done(Exception):
+    """Raised by the lm_head hook once step 0's logits are recorded (stops before the GPU-only loss)."""
+
+
+def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> dict:
+    """Step-0 logits of specforge's own training step on the committed export OUT_DIR."""
+    import torch
+    import transformers
+    from accelerate.utils import set_seed
+    from safetensors import safe_open
+
+    from specforge.algorithms.eagle3.model import OnlineEagle3Model
+    from specforge.application.composition import resolve_run
+    from specforge.config import Config
+    from specforge.runtime.contracts import TrainBatch
+    from specforge.training.model_loading import resolve_draft_config
+
+    run = run_config(work / "reference")
+    run["model"].update(draft_model_config=str(draft_config_path), draft_checkpoint_path=str(OUT_DIR),
+                        torch_dtype="float32")
+    run["training"]["attention_backend"] = REFERENCE_ATTN
+    run["output_dir"] = str(work / "reference" / "output")
+    cfg = Config.model_validate(run)
+    set_seed(cfg.training.seed)
+    algorithm = resolve_run(cfg).algorithm
+    provider = algorithm.providers.model
+    draft_config = resolve_draft_config(cfg, provider=provider.draft_config)
+    # build_eagle3_draft: from_config(sdpa, fp32) -> warm_start_draft_model(OUT_DIR) -> load_embedding(target)
+    draft_model = provider.build_draft(cfg, draft_config)
+    model = OnlineEagle3Model(
+        draft_model=draft_model,
+        length=cfg.training.ttt_length,
+        attention_backend=cfg.training.attention_backend,
+        lk_loss_type=cfg.training.lk_loss_type,
+        kl_scale=cfg.training.kl_scale,
+        kl_decay=cfg.training.kl_decay,
+    ).to(dtype=getattr(torch, cfg.model.torch_dtype)).eval()
+    strategy = algorithm.providers.step.build(model, target_head=None, **algorithm.providers.step.options(cfg))
+
+    # Same weights as the export (bf16 -> fp32 exact); the embedding is the target's, bit for bit.
+    state = draft_model.state_dict()
+    with safe_open(str(OUT_DIR / "model.safetensors"), framework="pt") as f:
+        for key in f.keys():
+            if not torch.equal(f.get_tensor(key).to(state[key].dtype), state[key]):
+                raise RuntimeError(f"specforge: rebuilt {key} differs from the export")
+        exported = set(f.keys())
+    with safe_open(str(TARGET_DIR / "model.safetensors"), framework="pt") as f:
+        if not torch.equal(f.get_tensor(cfg.model.embedding_key), state["embed_tokens.weight"]):
+            raise RuntimeError("specforge: the draft's embedding is not the target's")
+    if set(state) - exported != {"embed_tokens.weight"}:
+        raise RuntimeError(f"specforge: unexpected tensors outside the export: {set(state) - exported}")
+
+    # specforge's capture id k is HF output_hidden_states[k + 1] (see the manifest's aux_layer_convention)
+    inputs, meta = target_reference_inputs([k + 1 for k in aux_layer_ids])
+    t = inputs["input_ids"].shape[0]
+    # An online-capture batch (inputs already shifted; `target` = the target's logits, the teacher).
+    batch = TrainBatch(
+        sample_ids=["forward-parity-reference"],
+        strategy=strategy.name,
+        tensors={
+            "input_ids": inputs["input_ids"][None],
+            "attention_mask": torch.ones(1, t, dtype=torch.long),
+            "loss_mask": torch.ones(1, t, 1),
+            "hidden_state": inputs["hidden_states"][None],
+            "target": inputs["target_logits"][None],
+            "position_ids": inputs["positions"][None],
+        },
+    )
+    captured = []
+
+    def step0(_module, _inputs, out):
+        captured.append(out.detach().clone())
+        raise _Step0Done
+
+    hook = draft_model.lm_head.register_forward_hook(step0)
+    try:
+        with torch.no_grad():
+            strategy.forward_loss(batch)
+        raise RuntimeError("specforge's training step never reached lm_head")
+    except _Step0Done:
+        pass
+    finally:
+        hook.remove()
+    tensors = {
+        "input_ids": inputs["input_ids"],
+        "positions": inputs["positions"],
+        "hidden_states": inputs["hidden_states"],
+        "logits": captured[0][0].float().contiguous(),
+    }
+    metadata = {
+        **meta,
+        "fixture": "specforge",
+        "trainer": "specforge",
+        "version": version("specforge"),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "functions_called": json.dumps(REFERENCE_FUNCTIONS),
+        "forward_call": (
+            "Eagle3TrainStrategy.forward_loss(TrainBatch(input_ids=[1,T], attention_mask=ones, "
+            "loss_mask=ones, hidden_state=[1,T,3H], target=target logits [1,T,V], position_ids=positions[None]))"
+            " under torch.no_grad -> OnlineEagle3Model.forward step 0: project_hidden_states, "
+            "prepare_decoder_attention_mask, embed_input_ids, backbone, compute_logits; logits = output of "
+            "lm_head (hook), shape [1,T,draft_vocab]; the step is stopped there"),
+        "attn_implementation": (
+            f"{REFERENCE_ATTN} (training.attention_backend; specforge's LlamaAttention with cache_hidden: "
+            "explicit matmul + additive causal mask + fp32 softmax); LlamaRMSNorm under torch.compile (inductor, CPU)"),
+        "dtype": "float32",
+        "weights": (f"{os.path.relpath(OUT_DIR, REPO_ROOT)}/model.safetensors (bfloat16 on disk) warm-started by "
+                    "warm_start_draft_model into a float32 draft; every exported tensor equal to the file's"),
+        "embed_tokens": (f"the target's {cfg.model.embedding_key} from {TARGET_PATH} (float32, load_embedding, "
+                         "load_target_embedding=true); not in the export, SGLang shares it from the target"),
+        "aux_layer_ids": json.dumps(list(aux_layer_ids)),
+        "ttt_length": str(cfg.training.ttt_length),
+    }
+    return write_reference("specforge", tensors, metadata)
 
 
 def float_dtype(safetensors_file: Path) -> str:
@@ -172,6 +329,7 @@ def float_dtype(safetensors_file: Path) -> str:
 
 
 def main() -> None:
+    os.chdir(REPO_ROOT)  # TARGET_PATH is relative to the repo root
     with tempfile.TemporaryDirectory(prefix="specforge-fixture-") as tmp:
         result = build(Path(tmp))
         written = sorted(p.name for p in result["export_dir"].iterdir())
@@ -182,6 +340,10 @@ def main() -> None:
         OUT_DIR.mkdir(parents=True)
         for name in written:
             shutil.copyfile(result["export_dir"] / name, OUT_DIR / name)
+        text = (OUT_DIR / "config.json").read_text()
+        if str(REPO_ROOT) in text or tmp in text:
+            raise SystemExit(f"{OUT_DIR}/config.json contains a local path")
+        ref = reference(Path(tmp), result["draft_config_path"], result["aux_layer_ids"])
 
     entry = record_fixture(
         "specforge",
@@ -199,6 +361,8 @@ def main() -> None:
         ),
         dtype=float_dtype(OUT_DIR / "model.safetensors"),
         functions_called=FUNCTIONS_CALLED,
+        load_target_embedding=True,
+        reference=ref,
     )
     print(json.dumps(entry, indent=2))
 

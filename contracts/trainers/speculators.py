@@ -12,6 +12,13 @@ fixtures/vocab/token_freq.json):
       `SingleGPUCheckpointer.save_checkpoint` (bf16). The training loop is not run: the weights are
       the initial ones.
 
+Each run also writes fixtures/references/<fixture>.safetensors for the `forward-parity` contract: the
+committed checkpoint reloaded with speculators' own loader (`Eagle3DraftModel.from_pretrained`, so the
+bf16 train fixture is computed from exactly its bf16 weights), float32, `sdpa` attention (the library's
+default flex attention needs T % 128 == 0), fed the tiny target's real aux hidden states at the
+draft's own aux layer ids, and its training forward (`Eagle3DraftModel.forward`, one TTT step)
+observed at `lm_head` with a forward hook (the forward itself returns token ids).
+
 Why: the contract suite judges what these trainers really write (key names, d2t/t2d, dtypes, nested
 config, aux layer ids), so the fixtures come from speculators' own code, not a re-implementation.
 The verifier is named by the repo-relative path `fixtures/targets/llama-tiny` (the process runs from
@@ -40,7 +47,9 @@ from contracts.trainers.common import (
     TARGET_GEOMETRY,
     TARGET_VOCAB,
     record_fixture,
+    target_reference_inputs,
     token_frequencies,
+    write_reference,
 )
 
 VERIFIER = os.path.relpath(TARGET_DIR, REPO_ROOT)  # "fixtures/targets/llama-tiny", stored in config.json
@@ -231,6 +240,91 @@ def build_train(scratch: Path) -> dict:
     )
 
 
+REFERENCE_FUNCTIONS = [
+    "speculators.models.eagle3.config.Eagle3SpeculatorConfig.from_pretrained",
+    "speculators.models.eagle3.core.Eagle3DraftModel.from_pretrained",
+    "speculators.model.SpeculatorModel.from_pretrained",
+    "speculators.model.DraftVocabMixin.load_vocab_mappings",
+    "speculators.models.eagle3.core.Eagle3DraftModel.load_verifier_weights",
+    "speculators.models.eagle3.core.Eagle3DraftModel.forward",
+    "torch.nn.Module.register_forward_hook(Eagle3DraftModel.lm_head)",
+]
+REFERENCE_ATTN = "sdpa"
+
+
+def reference(name: str, version: str) -> dict:
+    """Step-0 logits of speculators' own training forward on the committed checkpoint fixtures/drafts/<name>."""
+    import torch
+    import transformers
+    from safetensors import safe_open
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+
+    directory = DRAFTS / name
+    config = Eagle3SpeculatorConfig.from_pretrained(directory)
+    # Eagle3DraftModel.__init__ forces simple_flex_attention only when this is unset.
+    config.transformer_layer_config._attn_implementation = REFERENCE_ATTN
+    model = Eagle3DraftModel.from_pretrained(directory, config=config, dtype=torch.float32).eval()
+    if model._attn_impl != REFERENCE_ATTN:
+        raise RuntimeError(f"speculators runs {model._attn_impl}, not {REFERENCE_ATTN}")
+    # Same weights as the file, bit for bit (bf16 -> fp32 is exact); embed_tokens is the saved one.
+    state = model.state_dict()
+    with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
+        for key in f.keys():
+            if not torch.equal(f.get_tensor(key).to(state[key].dtype), state[key]):
+                raise RuntimeError(f"{name}: reloaded {key} differs from the checkpoint")
+        saved_dtype = str(f.get_tensor("fc.weight").dtype).removeprefix("torch.")
+
+    # speculators' aux id k is HF output_hidden_states[k] (AUX_CONVENTION)
+    aux_ids = list(model.config.eagle_aux_hidden_state_layer_ids)
+    inputs, meta = target_reference_inputs(aux_ids)
+    captured = []
+    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone()))
+    try:
+        with torch.no_grad():
+            model(
+                hidden_states=inputs["hidden_states"][None],
+                input_ids=inputs["input_ids"][None],
+                document_ids=torch.zeros_like(inputs["input_ids"])[None],
+                position_ids=inputs["positions"][None],
+                ttt_steps=1,
+            )
+    finally:
+        hook.remove()
+    if len(captured) != 1:
+        raise RuntimeError(f"lm_head ran {len(captured)} times in one TTT step")
+    tensors = {
+        "input_ids": inputs["input_ids"],
+        "positions": inputs["positions"],
+        "hidden_states": inputs["hidden_states"],
+        "logits": captured[0][0].float().contiguous(),
+    }
+    metadata = {
+        **meta,
+        "fixture": name,
+        "trainer": "speculators",
+        "version": version,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "functions_called": json.dumps(REFERENCE_FUNCTIONS),
+        "forward_call": (
+            "Eagle3DraftModel.forward(hidden_states=[1,T,3H], input_ids=[1,T], document_ids=zeros[1,T], "
+            "position_ids=positions[None], ttt_steps=1) under torch.no_grad; no verifier_last_hidden_states, "
+            "so no loss; logits = output of lm_head (hook), shape [1,T,draft_vocab]"),
+        "attn_implementation": REFERENCE_ATTN,
+        "dtype": "float32",
+        "weights": (f"fixtures/drafts/{name}/model.safetensors ({saved_dtype} on disk) reloaded by "
+                    f"Eagle3DraftModel.from_pretrained(dtype=float32); every tensor equal to the file's"),
+        "embed_tokens": (f"the checkpoint's embed_tokens ({saved_dtype}), which speculators copied from the "
+                         f"verifier {VERIFIER} (load_verifier_weights)"),
+        "aux_layer_ids": json.dumps(aux_ids),
+        "config_flags": json.dumps({k: getattr(model.config, k) for k in
+                                    ("norm_before_residual", "norm_before_fc", "norm_output", "fc_norm")}),
+        "positions_note": ("speculators' shift_batch gives this pairing position_ids 1..T in training; the "
+                           "reference passes 0..T-1 (SGLang's positions), a uniform RoPE shift"),
+    }
+    return write_reference(name, tensors, metadata)
+
+
 def main() -> None:
     os.chdir(REPO_ROOT)  # VERIFIER is relative to the repo root
     from speculators.version import version as speculators_version  # the package has no __version__
@@ -241,6 +335,7 @@ def main() -> None:
         scratch = Path(tmp)
         for name, build in (("speculators-default", build_default), ("speculators-train", build_train)):
             details = build(scratch)
+            details["reference"] = reference(name, speculators_version)
             entry = record_fixture(
                 name, DRAFTS / name, trainer="speculators", trainer_version=speculators_version,
                 command=COMMAND, **details,
