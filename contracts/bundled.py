@@ -30,7 +30,8 @@ def bundled_subjects() -> list:
             continue
         out.append(Subject(name, root / entry["path"], root / entries[entry["target"]]["path"],
                            intended_ids=entry.get("selected_target_ids"), trainer=entry["trainer"],
-                           trainer_aux_ids=entry.get("aux_layer_ids")))
+                           trainer_aux_ids=entry.get("aux_layer_ids"),
+                           reference_path=root / entry["reference"]["path"] if entry.get("reference") else None))
     return out
 
 

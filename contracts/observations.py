@@ -125,3 +125,42 @@ class AuxCaptureObservation:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class ConfigObservation:
+    """How the engine reads a draft config (config): dispatch, switches it honours, the rope it applies."""
+
+    engine: dict
+    architectures: list | None = None
+    draft_class: str | None = None
+    is_eagle3_draft: bool | None = None
+    dispatch_error: str | None = None
+    engine_dtype: str | None = None
+    target_engine_dtype: str | None = None  # the target's dtype under --dtype auto, by the engine's rule
+    switches: dict = field(default_factory=dict)  # key -> {"value", "honoured", "max_abs_change_when_flipped"}
+    rope: dict | None = None  # {"applied", "trained", "same"}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ForwardObservation:
+    """The engine's draft forward on a trainer's reference inputs (forward-parity)."""
+
+    engine: dict
+    trainer: str | None = None
+    engine_dtype: str | None = None
+    compute_dtype: str | None = None
+    reference_logits: list | None = None  # [positions][draft vocab], the trainer's own forward
+    engine_logits: list | None = None  # [positions][draft vocab], the engine's draft forward
+    reference_map: list | None = None  # draft id -> target id, as the trainer defines d2t
+    engine_map: list | None = None  # draft id -> target id, the engine's hot_token_id
+    max_abs_diff: float | None = None
+    tolerance: float | None = None
+    tolerance_why: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)

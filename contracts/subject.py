@@ -35,6 +35,7 @@ class Subject:
     intended_ids: list[int] | None = None  # the target ids the trainer's vocab mapping selected, when known
     trainer: str | None = None  # the library that trained it, when known (else inferred from the format)
     trainer_aux_ids: list[int] | None = None  # the aux layer ids it trained on, in the trainer's convention
+    reference_path: Path | None = None  # the trainer's own reference forward (inputs + step-0 logits), if any
     engine: str = "sglang"
 
     def __post_init__(self):
@@ -108,6 +109,31 @@ class Subject:
                 ids, _ = trainer_layer_ids(trainer, self.checkpoint.config, int(n))
             wanted = hf_indices(trainer, ids)
         return observe_aux_capture(self.engine_dir, self.target_path, trainer_hf_indices=wanted)
+
+    @cached_property
+    def config_obs(self):
+        """The engine's ``ConfigObservation``: dispatch, honoured switches, applied rope (never raises a refusal)."""
+        import json
+
+        from contracts.checks.config import switches_in, trained_config
+        from contracts.engines.sglang.config_probe import observe_config
+
+        flat = json.loads((self.engine_dir / "config.json").read_text())
+        original = self.checkpoint.config
+        return observe_config(self.engine_dir, trained_config(original), switches_in(flat, original),
+                              self.target.config if self.target is not None else None)
+
+    def ignored_switches(self) -> list[str]:
+        """Switches the checkpoint sets to true that the engine ignores (from the config observation)."""
+        return [k for k, s in self.config_obs.switches.items() if s["value"] is True and not s["honoured"]]
+
+    @cached_property
+    def forward(self):
+        """The engine's ``ForwardObservation`` replaying the trainer's reference (needs reference and target)."""
+        from contracts.engines.sglang.draft_forward import observe_forward
+
+        self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
+        return observe_forward(self.engine_dir, self.target_path, self.reference_path)
 
     def engine_info(self) -> dict:
         from contracts.engines.sglang.context import engine_version

@@ -38,14 +38,15 @@ class EngineBuildError(Exception):
     """SGLang itself refused to build the draft model for this config."""
 
 
-def model_config(engine_dir: Path):
-    """The draft's ``ModelConfig`` made by SGLang's own config handling (as for ``--speculative-draft-model-path``)."""
+def model_config(engine_dir: Path, dtype: str = "auto"):
+    """The draft's ``ModelConfig`` made by SGLang's own config handling (as for ``--speculative-draft-model-path``;
+    ``dtype`` as ``--dtype``)."""
     ensure_context()
     from sglang.srt.configs.model_config import ModelConfig
 
     try:
         return ModelConfig(str(engine_dir), is_draft_model=True, speculative_algorithm="EAGLE3",
-                           trust_remote_code=False)
+                           trust_remote_code=False, dtype=dtype)
     except Exception as e:  # the engine's own refusal is the observation
         raise EngineBuildError(f"SGLang's ModelConfig rejected the draft config: {type(e).__name__}: {e}") from None
 
@@ -66,7 +67,7 @@ def build_model(mc, overrides: dict | None = None, device: str = "cpu"):
         with set_default_torch_dtype(mc.dtype), torch.device(device):
             return _initialize_model(mc, LoadConfig())
     except Exception as e:
-        raise EngineBuildError(f"SGLang could not build the draft model: {type(e).__name__}: {e}") from None
+        raise EngineBuildError(f"SGLang could not build the model: {type(e).__name__}: {e}") from None
 
 
 class _LoadTracer:
@@ -167,7 +168,7 @@ def _probe(model, key: str, candidate: str, tensor) -> list[str]:
     return fate.reached
 
 
-def load_traced(engine_dir):
+def load_traced(engine_dir, dtype: str = "auto"):
     """Build the engine's draft for ENGINE_DIR, fill the NaN sentinel and run its own ``load_weights`` traced.
 
     Returns ``(checkpoint, model_config, model, tracer, fates, load_error)``; the loaded model itself is
@@ -175,7 +176,7 @@ def load_traced(engine_dir):
     """
     engine_dir = Path(engine_dir)
     ckpt = Checkpoint.open(engine_dir)
-    mc = model_config(engine_dir)
+    mc = model_config(engine_dir, dtype)
     model = build_model(mc)
     _fill_sentinel(model)
     tracer = _LoadTracer(model)

@@ -33,19 +33,19 @@ class TargetBuildError(EngineBuildError):
     """SGLang itself refused the target config or could not build the target class."""
 
 
-def build_target(target_dir: Path):
+def build_target(target_dir: Path, dtype: str = "auto"):
     """The target as SGLang builds it (``is_draft_model=False``), on ``meta``; returns ``(model, model_config)``."""
     ensure_context()
     from sglang.srt.configs.model_config import ModelConfig
 
     try:
-        mc = ModelConfig(str(target_dir), is_draft_model=False, trust_remote_code=False)
+        mc = ModelConfig(str(target_dir), is_draft_model=False, trust_remote_code=False, dtype=dtype)
     except Exception as e:
         raise TargetBuildError(f"SGLang's ModelConfig rejected the target config: {type(e).__name__}: {e}") from None
     try:
         return build_model(mc, device="meta"), mc
     except EngineBuildError as e:
-        raise TargetBuildError(str(e).replace("the draft model", "the target model")) from None
+        raise TargetBuildError(str(e).replace("the model", "the target model")) from None
 
 
 def _materialise(model, param) -> None:
@@ -98,12 +98,17 @@ def _held(name, param, own, names, written, models) -> HeldTensor:
                       written_by=written.get(id(param), []), fingerprint=fp)
 
 
-def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
-    """What the draft in ENGINE_DIR holds after SGLang's worker wiring to the target in TARGET_DIR."""
+def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
+    """Load the draft in ENGINE_DIR and run SGLang's worker wiring to the target in TARGET_DIR.
+
+    Returns the live objects (draft, target, their model configs, the stand-in worker, the load trace, the
+    wiring calls and any error the engine raised); ``observe_embed_head`` reports on them and the
+    forward-parity replay runs the wired draft.
+    """
     import torch
 
-    _, mc, draft, tracer, fates, _ = load_traced(engine_dir)
-    target, target_mc = build_target(Path(target_dir))
+    _, mc, draft, tracer, fates, _ = load_traced(engine_dir, dtype)
+    target, target_mc = build_target(Path(target_dir), dtype)
     has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
 
     from sglang.srt.configs.load_config import LoadConfig
@@ -141,6 +146,19 @@ def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
             error = f"{type(e).__name__}: {e}"
     for method in TRACED_DRAFT_METHODS:
         draft.__dict__.pop(method, None)
+
+    return types.SimpleNamespace(mc=mc, draft=draft, tracer=tracer, fates=fates, target=target,
+                                 target_mc=target_mc, has_weights=has_weights, target_loaded=target_loaded,
+                                 target_error=target_error, worker=worker, calls=calls, error=error,
+                                 own_embed=own_embed, own_head=own_head)
+
+
+def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
+    """What the draft in ENGINE_DIR holds after SGLang's worker wiring to the target in TARGET_DIR."""
+    w = wire(engine_dir, target_dir)
+    mc, draft, tracer, fates, target, target_mc = w.mc, w.draft, w.tracer, w.fates, w.target, w.target_mc
+    has_weights, target_loaded, target_error = w.has_weights, w.target_loaded, w.target_error
+    worker, calls, error, own_embed, own_head = w.worker, w.calls, w.error, w.own_embed, w.own_head
 
     names = {id(p): f"target:{n}" for n, p in target.named_parameters(remove_duplicate=False)}
     names.setdefault(id(own_embed), f"draft:{EMBED_PARAM}")

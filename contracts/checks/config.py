@@ -1,0 +1,121 @@
+"""``config``: every draft-config switch that changes the math is honoured by this engine version, the
+architecture dispatches to an EAGLE-3 draft class through the engine's registry, sizes agree with the
+target, and the rope the engine applies is the one the trainer trained with.
+
+Prevents breaks that leave every name and shape intact: ``norm_before_residual: true`` (speculators'
+``train`` default) that SGLang 0.5.23 silently ignores; ``rope_scaling`` lost on conversion; a config the
+engine dispatches to a non-draft class; a vocab or hidden size that differs from the target's. Differences
+a trainer may intend (shorter context, another rope base, no rope scaling, another serving dtype) are
+warnings. "Honoured" is the engine's answer: flipping the switch on the same weights changes its output.
+"""
+
+from __future__ import annotations
+
+import json
+
+from contracts.registry import FAIL, PASS, WARN, Result, contract
+
+# Boolean switches whose default is false in the trainers and the engine. Which of them the engine honours
+# is not listed anywhere: it is measured by flipping each one present in the checkpoint's config.
+SWITCHES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "use_aux_norm", "bias",
+            "attention_bias", "mlp_bias")
+
+
+def _text(cfg: dict) -> dict:
+    for key in ("text_config", "language_config"):
+        if isinstance(cfg.get(key), dict):
+            return cfg[key]
+    return cfg
+
+
+def trained_config(ckpt_config: dict) -> dict:
+    """The layer config the trainer trained with (speculators nests it)."""
+    layer = ckpt_config.get("transformer_layer_config")
+    return layer if isinstance(layer, dict) else ckpt_config
+
+
+def switches_in(flat: dict, original: dict) -> dict[str, bool]:
+    eagle = flat.get("eagle_config") if isinstance(flat.get("eagle_config"), dict) else {}
+    found = {}
+    for key in SWITCHES:
+        for source in (eagle, flat, original):
+            if isinstance(source.get(key), bool):
+                found[key] = source[key]
+                break
+    return found
+
+
+@contract("config", "every draft-config switch that changes the math is honoured by this engine version, the "
+                    "architecture dispatches to an EAGLE-3 draft class, sizes agree with the target; context, rope "
+                    "base or serving dtype that differ from the target's are warnings")
+def check_config(subject) -> Result:
+    flat = json.loads((subject.engine_dir / "config.json").read_text())
+    original = subject.checkpoint.config
+    obs = subject.config_obs
+    ev = obs.to_dict()
+    ev.pop("engine", None)
+    version = obs.engine.get("version")
+    problems, warnings, fixes = [], [], []
+    convert_fix = ('set architectures: ["LlamaForCausalLMEagle3"] (for a speculators checkpoint: '
+                   "eagle3-contracts convert --to sglang SRC DST)")
+
+    if obs.dispatch_error:
+        problems.append(f"SGLang {version} cannot dispatch architectures {flat.get('architectures')}: "
+                        f"{obs.dispatch_error[:300]}")
+        fixes.append(convert_fix)
+    elif not obs.is_eagle3_draft:
+        problems.append(f"architectures {obs.architectures} dispatch to {obs.draft_class}, not an EAGLE-3 draft class")
+        fixes.append(convert_fix)
+
+    for key, s in obs.switches.items():
+        if s["value"] is True and not s["honoured"]:
+            problems.append(f"{key}: true is ignored by SGLang {version}: flipping it on the same weights changes "
+                            f"nothing, so the engine computes the {key}: false math the draft was not trained with")
+            fixes.append(f"retrain with {key}: false (or serve with an engine that implements {key})")
+
+    vocab, draft_vocab = flat.get("vocab_size"), flat.get("draft_vocab_size")
+    if isinstance(vocab, int) and isinstance(draft_vocab, int) and draft_vocab > vocab:
+        problems.append(f"draft_vocab_size {draft_vocab} is above vocab_size {vocab}")
+        fixes.append("draft_vocab_size must not exceed vocab_size (the target's vocab)")
+    if subject.target is not None:
+        target = _text(subject.target.config)
+        t_vocab, t_hidden = target.get("vocab_size"), target.get("hidden_size")
+        if isinstance(vocab, int) and isinstance(t_vocab, int) and vocab != t_vocab:
+            problems.append(f"vocab_size {vocab} differs from the target's {t_vocab}: draft token ids would index "
+                            f"another vocabulary")
+            fixes.append(f"set vocab_size: {t_vocab} (the target's) and rebuild d2t/t2d over it")
+        draft_in = flat.get("target_hidden_size") or flat.get("hidden_size")
+        if isinstance(draft_in, int) and isinstance(t_hidden, int) and draft_in != t_hidden:
+            problems.append(f"the draft expects target hidden states of width {draft_in} but the target's hidden_size "
+                            f"is {t_hidden}")
+            fixes.append(f"set target_hidden_size: {t_hidden}")
+        t_ctx, ctx = target.get("max_position_embeddings"), flat.get("max_position_embeddings")
+        if isinstance(ctx, int) and isinstance(t_ctx, int) and ctx < t_ctx:
+            warnings.append(f"the draft's max_position_embeddings {ctx} is shorter than the target's {t_ctx}: "
+                            f"drafts past position {ctx} run outside what it was trained on")
+        from contracts.engines.sglang.config_probe import _rope_of
+
+        t_theta, t_scaling = _rope_of(target)
+        d_theta, d_scaling = _rope_of(trained_config(original))
+        if t_theta and d_theta and float(t_theta) != float(d_theta):
+            warnings.append(f"rope base {d_theta} differs from the target's {t_theta}")
+        if t_scaling and not d_scaling:
+            warnings.append(f"the target uses rope scaling {t_scaling.get('rope_type') or t_scaling.get('type')} "
+                            f"and the draft none")
+        if obs.engine_dtype and obs.target_engine_dtype and obs.engine_dtype != obs.target_engine_dtype:
+            warnings.append(f"with --dtype auto SGLang runs the draft in {obs.engine_dtype} and the target in "
+                            f"{obs.target_engine_dtype}")
+
+    if obs.rope and obs.rope.get("same") is False:
+        problems.append(f"the engine applies another rope than the trainer trained with: trained "
+                        f"{obs.rope['trained']} ({obs.rope.get('trained_class')}), applied {obs.rope['applied']}")
+        fixes.append("carry the trainer's rope_theta and rope_scaling/rope_parameters into the config the engine reads")
+
+    if problems:
+        return Result("config", FAIL, "; ".join(problems + warnings), ev, "; ".join(dict.fromkeys(fixes)))
+    if warnings:
+        return Result("config", WARN, "; ".join(warnings), ev,
+                      "confirm these differences from the target are intended (serve with --dtype to align dtypes)")
+    honoured = [k for k, s in obs.switches.items() if s["honoured"]]
+    return Result("config", PASS, f"dispatches to {obs.draft_class}; switches honoured: {honoured or 'none set'}; "
+                  f"sizes agree with the target", ev)

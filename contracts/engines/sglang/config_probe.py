@@ -1,0 +1,164 @@
+"""Ask SGLang which draft-config switches it honours, which class it dispatches the draft to, and which
+rope it really applies — by running its own code, not by reading a list.
+
+Contract served: ``config``. speculators' ``train`` defaults set ``norm_before_residual: true``; SGLang 0.5.23
+has no such switch, so the same weights compute other logits while every name and shape matches. A
+switch is *honoured* when flipping it, with the same weights and inputs, changes the engine's output; the
+check fails a checkpoint that sets an ignored switch to a non-default value. The rope the engine applies
+is compared with the rope the trainer's config describes by building both with the engine's own
+``get_rope`` and comparing the cos/sin caches.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint
+from contracts.engines.sglang.context import engine_version, ensure_context
+from contracts.engines.sglang.cpu_forward import extend_forward, init_random
+from contracts.engines.sglang.loader import EngineBuildError, _LoadTracer, build_model, model_config
+from contracts.observations import ConfigObservation, TensorFate
+
+SEED = 1234
+TOKENS = 8
+
+
+def _with_overrides(mc, overrides: dict):
+    """A copy of the draft ModelConfig with switches changed where the engine reads them (eagle_config first)."""
+    mc = copy.copy(mc)
+    mc.hf_config = copy.deepcopy(mc.hf_config)
+    eagle = dict(getattr(mc.hf_config, "eagle_config", None) or {})
+    for key, value in overrides.items():
+        if key in eagle:
+            eagle[key] = value
+            mc.hf_config.eagle_config = eagle
+        else:
+            setattr(mc.hf_config, key, value)
+    return mc
+
+
+def _fill_unwritten(model, seed: int) -> None:
+    """Seeded values where the checkpoint wrote nothing (NaN sentinel); each parameter's values depend only on
+    its name, so a rebuild with one extra parameter leaves every other one identical."""
+    import zlib
+
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.is_floating_point():
+                gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
+                fresh = (torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype)
+                mask = torch.isnan(p)
+                p[mask] = fresh[mask]
+
+
+def _outputs(mc, ckpt: Checkpoint, overrides: dict, inputs):
+    """The engine's draft forward with the checkpoint's weights under ``overrides``: (logits, hidden states)."""
+    import torch
+
+    run_mc = _with_overrides(mc, overrides) if overrides else mc
+    model = build_model(run_mc)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.fill_(float("nan"))
+    # the traced load: a tensor the engine refuses (shape) is recorded by tensor-shapes, not raised here
+    fates = {k: TensorFate(key=k, shape=list(i.shape), dtype=i.dtype) for k, i in ckpt.tensors.items()}
+    _LoadTracer(model).load(ckpt.iter_tensors(), fates)
+    _fill_unwritten(model, SEED)
+    ids, hidden = inputs
+    out = extend_forward(model, run_mc.hf_config, run_mc.dtype, ids, spec_hidden_states=hidden.to(run_mc.dtype))
+    return out.next_token_logits.float(), out.hidden_states.float()
+
+
+def _rotary(model):
+    layer = model.model.layers[0]
+    return getattr(layer.self_attn, "rotary_emb", None)
+
+
+def _rope_of(cfg: dict) -> tuple[float | None, dict | None]:
+    """(theta, scaling) as a config describes them (transformers 5 ``rope_parameters`` or older keys)."""
+    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None
+    theta = cfg.get("rope_theta") or (params or {}).get("rope_theta")
+    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
+    if scaling is None and params and params.get("rope_type", "default") != "default":
+        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    return theta, scaling
+
+
+def compare_rope(model, trainer_cfg: dict) -> dict:
+    """The engine's applied rope versus the rope built by the engine's own ``get_rope`` from the trainer's config."""
+    import torch
+    from sglang.srt.layers.rotary_embedding import get_rope
+
+    rotary = _rotary(model)
+    theta, scaling = _rope_of(trainer_cfg)
+    applied = {"class": type(rotary).__name__ if rotary is not None else None,
+               "base": getattr(rotary, "base", None)}
+    trained = {"rope_theta": theta, "rope_scaling": scaling}
+    if rotary is None or theta is None:
+        return {"applied": applied, "trained": trained, "same": None}
+    head_dim = rotary.head_size
+    max_pos = int(trainer_cfg.get("max_position_embeddings") or rotary.max_position_embeddings)
+    expected = get_rope(head_dim, rotary_dim=rotary.rotary_dim, max_position=max_pos, base=theta,
+                        rope_scaling=copy.deepcopy(scaling), is_neox_style=rotary.is_neox_style)
+    # Compare at the precision the engine stores the cache in (a 16-bit cache rounds to ~4e-3).
+    a = rotary.cos_sin_cache
+    b = expected.cos_sin_cache.to(a.dtype)
+    n = min(a.shape[0], b.shape[0])
+    atol = 1e-5 if a.dtype == torch.float32 else 1e-2
+    same = a.shape[1:] == b.shape[1:] and bool(torch.allclose(a[:n].float(), b[:n].float(), atol=atol))
+    return {"applied": applied, "trained": trained, "trained_class": type(expected).__name__, "same": same}
+
+
+def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[str, bool],
+                   target_config: dict | None) -> ConfigObservation:
+    """Dispatch, honoured switches and applied rope for the draft in ENGINE_DIR.
+
+    ``trainer_config``: the config as the trainer saved it (nested for speculators), for the rope it trained
+    with. ``candidate_switches``: boolean switches present in the checkpoint's config, to flip one by one.
+    """
+    import torch
+
+    ensure_context()
+    from sglang.srt.configs.model_config import _get_and_verify_dtype
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    engine_dir = Path(engine_dir)
+    obs = ConfigObservation(engine={"name": "sglang", "version": engine_version()})
+    try:
+        mc = model_config(engine_dir)
+        obs.architectures = list(mc.hf_config.architectures or [])
+        cls, _ = get_model_architecture(mc)  # what the model loader dispatches on
+        obs.draft_class = cls.__name__
+        obs.is_eagle3_draft = hasattr(cls, "get_hot_token_id") and "Eagle3" in cls.__name__
+        obs.engine_dtype = str(mc.dtype).removeprefix("torch.")
+    except (EngineBuildError, Exception) as e:  # the engine's own refusal is the observation
+        obs.dispatch_error = f"{type(e).__name__}: {e}"
+        return obs
+    if target_config is not None:
+        obs.target_engine_dtype = str(_get_and_verify_dtype(target_config, "auto")).removeprefix("torch.")
+    if not obs.is_eagle3_draft:
+        return obs
+
+    ckpt = Checkpoint.open(engine_dir)
+    gen = torch.Generator().manual_seed(SEED)
+    fc_in = build_model(mc).model.fc.in_features
+    vocab = int(mc.hf_config.vocab_size)
+    ids = torch.randint(0, vocab, (TOKENS,), generator=gen)
+    hidden = torch.randn(TOKENS, fc_in, generator=gen)
+    base_logits, base_hidden = _outputs(mc, ckpt, {}, (ids, hidden))
+    for key, value in candidate_switches.items():
+        try:
+            logits, out_hidden = _outputs(mc, ckpt, {key: not value}, (ids, hidden))
+        except Exception as e:
+            obs.switches[key] = {"value": value, "honoured": True, "evidence": f"flipping it changes the build: "
+                                 f"{type(e).__name__}: {str(e)[:120]}"}
+            continue
+        diff = max(float((logits - base_logits).abs().max()), float((out_hidden - base_hidden).abs().max()))
+        obs.switches[key] = {"value": value, "honoured": diff > 0.0, "max_abs_change_when_flipped": diff}
+    model = build_model(mc)
+    obs.rope = compare_rope(model, trainer_config)
+    return obs

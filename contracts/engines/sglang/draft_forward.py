@@ -1,0 +1,84 @@
+"""Replay a trainer's reference forward through SGLang's own draft forward, after SGLang's own wiring.
+
+Contract served: ``forward-parity``. The draft is loaded by the engine's ``load_weights`` and wired to the
+target by ``EagleDraftWorker.init_lm_head`` (``wiring.wire``), then fed the reference's token ids,
+positions and aux hidden states in SGLang's extend mode on CPU. Both sides compute in float32 from the
+same saved weights, so what remains is math, not rounding. Logits at position t come from the engine's
+own forward over the first t+1 tokens (its logits processor returns the last position), so no part of the
+engine's forward is re-implemented.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint
+from contracts.engines.sglang.context import engine_version
+from contracts.engines.sglang.cpu_forward import extend_forward
+from contracts.engines.sglang.wiring import wire
+from contracts.observations import ForwardObservation
+
+COMPUTE_DTYPE = "float32"
+
+
+def read_reference(path) -> tuple[dict, dict]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
+
+
+def _tolerance(ref_logits, weight_dtypes: set[str], served_embed_dtype: str | None, trained_embed_dtype: str | None):
+    """float32 on both sides: accumulation order only (1e-4 of the logit scale). When the trainer embedded
+    with a 16-bit copy of the embedding the engine serves in float32, add that copy's rounding (2^-8)."""
+    scale = max(1.0, float(ref_logits.abs().max()))
+    tol, why = 1e-4 * scale, "both sides compute in float32 from the same saved weights: accumulation order only"
+    if trained_embed_dtype in ("bfloat16", "float16") and served_embed_dtype == "float32":
+        tol = 2.0 ** -8 * scale
+        why = (f"the trainer embedded with the checkpoint's {trained_embed_dtype} copy of the embedding, the engine "
+               f"serves the target's float32 one: one 16-bit rounding (2^-8 of the logit scale)")
+    return tol, why
+
+
+def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservation:
+    import torch
+
+    tensors, meta = read_reference(reference_path)
+    ids, hidden, ref_logits = tensors["input_ids"], tensors["hidden_states"].float(), tensors["logits"].float()
+    ckpt = Checkpoint.open(engine_dir)
+    obs = ForwardObservation(engine={"name": "sglang", "version": engine_version()}, trainer=meta.get("trainer"),
+                             compute_dtype=COMPUTE_DTYPE, reference_logits=ref_logits.tolist())
+    d2t_key = next((k for k in ckpt.tensors if "d2t" in k), None)
+    draft_vocab = ref_logits.shape[-1]
+    d2t = ckpt.load_tensor(d2t_key).long() if d2t_key else torch.zeros(draft_vocab, dtype=torch.long)
+    obs.reference_map = (d2t + torch.arange(d2t.shape[0])).tolist()  # the trainers' documented meaning of d2t
+    w = wire(engine_dir, target_dir, dtype=COMPUTE_DTYPE)
+    obs.engine_dtype = str(w.mc.dtype).removeprefix("torch.")
+    if w.error:
+        obs.error = f"the engine's wiring raised {w.error}"
+        return obs
+    hot = getattr(w.worker, "hot_token_id", None)
+    if hot is None:
+        hot = getattr(w.draft, "hot_token_id", None)
+    obs.engine_map = hot.tolist() if hot is not None else list(range(draft_vocab))
+    rows = []
+    try:
+        for t in range(1, ids.shape[0] + 1):
+            out = extend_forward(w.draft, w.mc.hf_config, torch.float32, ids[:t], spec_hidden_states=hidden[:t])
+            rows.append(out.next_token_logits[0].float())
+    except Exception as e:
+        obs.error = f"{type(e).__name__}: {str(e)[:300]}"
+        return obs
+    eng = torch.stack(rows)
+    obs.engine_logits = eng.tolist()
+    if eng.shape != ref_logits.shape:
+        obs.error = f"the engine's draft logits have shape {list(eng.shape)}, the trainer's {list(ref_logits.shape)}"
+        return obs
+    diff = (eng - ref_logits).abs()
+    obs.max_abs_diff = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
+    embed = ckpt.tensors.get("embed_tokens.weight") or ckpt.tensors.get("model.embed_tokens.weight")
+    served = str(w.draft.model.embed_tokens.weight.dtype).removeprefix("torch.")
+    obs.tolerance, obs.tolerance_why = _tolerance(ref_logits, {i.dtype for i in ckpt.tensors.values()}, served,
+                                                  embed.dtype if embed is not None else None)
+    return obs

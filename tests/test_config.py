@@ -1,0 +1,114 @@
+"""config on SGLang 0.5.23: switches are judged honoured or ignored by flipping them on the same weights;
+dispatch, sizes and rope come from the engine's own registry, config handling and get_rope."""
+
+from __future__ import annotations
+
+import pytest
+
+import contracts.convert as convert
+from contracts.subject import Subject
+from tests.conftest import DRAFTS, TARGET
+
+
+def judge(path, target=TARGET):
+    subject = Subject(path.name, path, target)
+    try:
+        (result,) = subject.run(["config"])
+        return result
+    finally:
+        subject.close()
+
+
+def test_train_defaults_fail_naming_norm_before_residual():
+    result = judge(DRAFTS["speculators-train"])
+    assert result.status == "fail"
+    assert "norm_before_residual: true is ignored by SGLang 0.5.23" in result.summary
+    switches = result.evidence["switches"]
+    assert switches["norm_before_residual"] == {"value": True, "honoured": False, "max_abs_change_when_flipped": 0.0}
+    # the switches SGLang does implement change its output when flipped
+    assert switches["norm_before_fc"]["honoured"] and switches["norm_output"]["honoured"]
+    assert "retrain with norm_before_residual: false" in result.fix
+
+
+def test_library_defaults_pass():
+    result = judge(DRAFTS["speculators-default"])
+    assert result.status == "pass", result
+    assert result.evidence["switches"]["norm_before_residual"]["value"] is False
+    assert result.evidence["rope"]["same"] is True
+
+
+def test_serving_dtype_difference_is_a_warning():
+    result = judge(DRAFTS["specforge"])  # bf16 draft; the fp32 tiny target runs in fp16 under --dtype auto
+    assert result.status == "warn"
+    assert "SGLang runs the draft in bfloat16 and the target in float16" in result.summary
+
+
+@pytest.mark.parametrize("arch,expected", [
+    (["Eagle3Speculator"], "cannot dispatch architectures ['Eagle3Speculator']"),
+    (["LlamaForCausalLM"], "dispatch to LlamaForCausalLM, not an EAGLE-3 draft class"),
+])
+def test_unrecognised_architecture(arch, expected, broken):
+    result = judge(broken("specforge", config={"architectures": arch}))
+    assert result.status == "fail"
+    assert expected in result.summary
+    assert "eagle3-contracts convert --to sglang" in result.fix
+
+
+def test_vocab_size_differing_from_the_target(broken):
+    result = judge(broken("specforge", config={"vocab_size": 1024}))
+    assert result.status == "fail"
+    assert "vocab_size 1024 differs from the target's 512" in result.summary
+
+
+def test_draft_vocab_above_vocab(broken):
+    result = judge(broken("specforge", config={"draft_vocab_size": 600}))
+    assert result.status == "fail"
+    assert "draft_vocab_size 600 is above vocab_size 512" in result.summary
+
+
+def test_hidden_size_differing_from_the_target(broken):
+    result = judge(broken("specforge", config={"target_hidden_size": 128}))
+    assert result.status == "fail"
+    assert "expects target hidden states of width 128 but the target's hidden_size is 64" in result.summary
+
+
+def test_shorter_context_is_a_warning_not_a_failure(broken):
+    result = judge(broken("speculators-default", config={"transformer_layer_config": {
+        **__import__("json").loads((DRAFTS["speculators-default"] / "config.json").read_text())["transformer_layer_config"],
+        "max_position_embeddings": 1024}}))
+    assert result.status == "warn"
+    assert "max_position_embeddings 1024 is shorter than the target's 2048" in result.summary
+
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 1024, "rope_theta": 10000.0}
+
+
+def _with_llama3_rope(broken):
+    import json
+
+    layer = json.loads((DRAFTS["speculators-default"] / "config.json").read_text())["transformer_layer_config"]
+    return broken("speculators-default", config={"transformer_layer_config": {**layer, "rope_parameters": LLAMA3_ROPE}})
+
+
+def test_rope_scaling_survives_our_conversion(broken):
+    result = judge(_with_llama3_rope(broken))
+    assert result.evidence["rope"]["same"] is True
+    assert result.evidence["rope"]["applied"]["class"] == "Llama3RotaryEmbedding"
+
+
+def test_rope_scaling_lost_by_a_converter_fails(broken, monkeypatch):
+    """A converter that drops rope scaling (as users' hand-written ones do): trained llama3, applied default."""
+    faithful = convert.speculators_to_sglang_config
+
+    def lossy(cfg):
+        flat = faithful(cfg)
+        flat["rope_parameters"] = {"rope_type": "default", "rope_theta": flat["rope_parameters"]["rope_theta"]}
+        return flat
+
+    monkeypatch.setattr(convert, "speculators_to_sglang_config", lossy)
+    result = judge(_with_llama3_rope(broken))
+    assert result.status == "fail"
+    assert "the engine applies another rope than the trainer trained with" in result.summary
+    assert result.evidence["rope"]["trained_class"] == "Llama3RotaryEmbedding"
+    assert result.evidence["rope"]["applied"]["class"] == "RotaryEmbedding"
