@@ -123,10 +123,16 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
                              f"of {dtype} needs {info.numel * DTYPE_BYTES[dtype]}")
         spans.append((begin, end, name))
         out[name] = info
+    # safetensors' own rule: the tensors tile the data section exactly, in offset order, from byte 0
     spans.sort()
-    for (b1, e1, n1), (b2, e2, n2) in zip(spans, spans[1:]):
-        if b2 < e1:
-            raise InputError(f"{path}: malformed safetensors file (tensors {n1!r} and {n2!r} overlap)")
+    position = 0
+    for begin, end, name in spans:
+        if begin != position:
+            what = "overlaps the previous tensor" if begin < position else f"leaves a gap at byte {position}"
+            raise InputError(f"{path}: malformed safetensors file (tensor {name!r} {what})")
+        position = end
+    if position != data_len:
+        raise InputError(f"{path}: malformed safetensors file ({data_len - position} bytes after the last tensor)")
     return out
 
 
@@ -206,8 +212,11 @@ class Checkpoint:
         from safetensors import safe_open
 
         info = self.tensors[name]
-        with safe_open(str(self.path / info.file), framework="pt") as f:
-            return f.get_tensor(name)
+        try:
+            with safe_open(str(self.path / info.file), framework="pt") as f:
+                return f.get_tensor(name)
+        except Exception as e:  # safetensors' own refusal of a file the header check let through
+            raise InputError(f"{self.path / info.file}: unreadable safetensors file: {e}") from None
 
     def iter_tensors(self):
         """Every tensor, file by file, as (name, tensor)."""
@@ -217,6 +226,10 @@ class Checkpoint:
         for name, info in self.tensors.items():
             by_file.setdefault(info.file, []).append(name)
         for file, names in sorted(by_file.items()):
-            with safe_open(str(self.path / file), framework="pt") as f:
+            try:
+                handle = safe_open(str(self.path / file), framework="pt")
+            except Exception as e:
+                raise InputError(f"{self.path / file}: unreadable safetensors file: {e}") from None
+            with handle as f:
                 for name in names:
                     yield name, f.get_tensor(name)

@@ -36,7 +36,7 @@ def test_headers_of_a_real_draft():
     ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4, None, "truncated"),
     ({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8, None, "needs 12"),
     ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12, None, "overlap"),
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12, None, "overlaps the previous tensor"),
 ])
 def test_header_validation(tmp_path, header, data, claimed, message):
     path = write_raw(tmp_path / "m.safetensors", header, data, claimed)

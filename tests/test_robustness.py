@@ -1,0 +1,152 @@
+"""Inputs that cannot hurt: a fuzzed checkpoint (header lengths, offsets, dtypes, shapes, JSON, duplicate
+config keys, NaN in d2t) always ends in exit 2 with one line, or in a contract verdict — never a
+traceback or an internal error; pickles are never unpickled; the checkpoint directory is never written."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+
+import torch
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from contracts.cli import main
+from tests.conftest import DRAFTS, tree_digest
+
+DTYPES = ["F32", "BF16", "F16", "I64", "I32", "BOOL", "U8", "F64", "F8_E4M3", "X9", "", 7]
+FAST = "key-naming,tensor-shapes,d2t-semantics"
+
+
+def _real_header():
+    raw = (DRAFTS["specforge"] / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+HEADER, DATA = _real_header()
+
+
+@st.composite
+def fuzzed_safetensors(draw) -> bytes:
+    header = json.loads(json.dumps(HEADER))
+    data = DATA
+    if draw(st.booleans()):  # d2t as float32 NaNs, appended at the end of the data section
+        begin, end = header["d2t"]["data_offsets"]
+        values = torch.full((64,), float("nan"), dtype=torch.float32).numpy().tobytes()
+        data = data[:begin] + data[end:]
+        for entry in header.values():
+            if isinstance(entry, dict) and "data_offsets" in entry and entry["data_offsets"][0] >= end:
+                entry["data_offsets"] = [o - (end - begin) for o in entry["data_offsets"]]
+        header["d2t"] = {"dtype": "F32", "shape": [64], "data_offsets": [len(data), len(data) + len(values)]}
+        data = data + values
+    for _ in range(draw(st.integers(0, 3))):
+        name = draw(st.sampled_from(sorted(k for k in header if k != "__metadata__")))
+        entry = header[name]
+        field = draw(st.sampled_from(["dtype", "shape", "data_offsets", "drop", "rename", "junk"]))
+        if field == "dtype":
+            entry["dtype"] = draw(st.sampled_from(DTYPES))
+        elif field == "shape":
+            entry["shape"] = draw(st.lists(st.integers(-2, 300), max_size=3))
+        elif field == "data_offsets":
+            entry["data_offsets"] = draw(st.lists(st.integers(-5, len(DATA) + 5000), min_size=0, max_size=3))
+        elif field == "drop":
+            del header[name]
+        elif field == "rename":
+            header[draw(st.text(min_size=1, max_size=12))] = header.pop(name)
+        else:
+            header[name] = draw(st.one_of(st.none(), st.integers(), st.text(max_size=5), st.lists(st.integers())))
+    raw = json.dumps(header).encode()
+    length = draw(st.one_of(st.just(len(raw)), st.integers(0, 2 ** 64 - 1), st.integers(0, len(raw) + 64)))
+    body = draw(st.one_of(st.just(data), st.binary(max_size=64), st.just(data[: len(data) // 3])))
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.binary(max_size=128))
+    return struct.pack("<Q", length) + raw + body
+
+
+@st.composite
+def fuzzed_configs(draw) -> str:
+    cfg = json.loads((DRAFTS["specforge"] / "config.json").read_text())
+    kind = draw(st.sampled_from(["valid", "valid", "valid", "duplicate", "not_json", "not_object", "odd_values"]))
+    if kind == "duplicate":
+        text = json.dumps(cfg)
+        return text[:-1] + ', "hidden_size": 32}'
+    if kind == "not_json":
+        return draw(st.text(max_size=40))
+    if kind == "not_object":
+        return json.dumps(draw(st.one_of(st.lists(st.integers()), st.integers(), st.none())))
+    if kind == "odd_values":
+        key = draw(st.sampled_from(["vocab_size", "draft_vocab_size", "hidden_size", "num_hidden_layers",
+                                    "architectures", "eagle_config", "torch_dtype", "dtype"]))
+        cfg[key] = draw(st.one_of(st.none(), st.integers(-3, 5000), st.text(max_size=8), st.lists(st.integers())))
+    return json.dumps(cfg)
+
+
+# capsys is read out within every example, so sharing it across examples is safe
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+          max_examples=2 * settings.default.max_examples)
+@given(weights=fuzzed_safetensors(), config=fuzzed_configs())
+def test_fuzzed_checkpoint_is_a_verdict_or_one_line_exit_2(weights, config, capsys):
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "ckpt"
+        d.mkdir()
+        (d / "config.json").write_text(config)
+        (d / "model.safetensors").write_bytes(weights)
+        before = tree_digest(d)
+        code = main(["check", str(d), "--only", FAST, "--format", "json"])
+        out, err = capsys.readouterr()
+        note(f"exit {code}; stderr {err!r}; stdout {out[:300]!r}")
+        assert tree_digest(d) == before
+    assert "Traceback" not in err and "internal error" not in err
+    if code == 2:
+        assert out == "" and err.count("\n") == 1 and err.startswith("eagle3-contracts: error: ")
+    else:
+        assert code in (0, 1) and err == ""
+        assert {r["status"] for r in json.loads(out)["results"]} <= {"pass", "fail", "warn", "skip"}
+
+
+class _CreatesAFile:
+    """Unpickling this object creates a file (what a malicious .bin could do)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_pickles_are_never_unpickled(tmp_path, capsys):
+    marker = tmp_path / "unpickled-marker"
+    payload = pickle.dumps({"fc.weight": _CreatesAFile(str(marker))})
+    only_pickle = tmp_path / "only-pickle"
+    only_pickle.mkdir()
+    shutil.copy(DRAFTS["specforge"] / "config.json", only_pickle)
+    (only_pickle / "pytorch_model.bin").write_bytes(payload)
+    beside = tmp_path / "beside"
+    shutil.copytree(DRAFTS["specforge"], beside)
+    (beside / "training_state.pt").write_bytes(payload)
+    assert main(["check", str(only_pickle)]) == 2
+    assert main(["check", str(beside), "--only", "key-naming"]) == 0
+    capsys.readouterr()
+    assert not marker.exists()
+    # the payload really is harmful: unpickling it here would create the marker
+    pickle.loads(payload)
+    assert marker.exists()
+
+
+def test_checkpoint_tree_unchanged_on_failure_on_bad_input_and_read_only(tmp_path, capsys, broken):
+    for path, expected in ((broken("specforge", remove=["midlayer.mlp.down_proj.weight"]), 1),
+                           (broken("speculators-default"), 0)):
+        before = tree_digest(path)
+        for mode in (0o755, 0o555):
+            path.chmod(mode)
+            try:
+                assert main(["check", str(path), "--only", FAST]) == expected
+            finally:
+                path.chmod(0o755)
+            assert tree_digest(path) == before
+    capsys.readouterr()
