@@ -77,6 +77,7 @@ class LoadObservation:
     params: list[ParamState]
     load_error: str | None = None  # an exception that escaped load_weights itself
     probes: list[RenameProbe] = field(default_factory=list)
+    device: str = "cpu"  # "cpu": values traced with a NaN sentinel; "meta": copy regions counted, no values
     hot_token_id: list | None = None  # the engine's draft->target map, exactly as it computed it
     hot_token_id_dtype: str | None = None
 
@@ -139,6 +140,7 @@ class ConfigObservation:
     engine_dtype: str | None = None
     target_engine_dtype: str | None = None  # the target's dtype under --dtype auto, by the engine's rule
     switches: dict = field(default_factory=dict)  # key -> {"value", "honoured", "max_abs_change_when_flipped"}
+    probed_on: str | None = None  # the checkpoint's weights, or a scaled-down copy for real-size drafts
     rope: dict | None = None  # {"applied", "trained", "same"}
 
     def to_dict(self) -> dict:

@@ -12,12 +12,16 @@ is compared with the rope the trainer's config describes by building both with t
 from __future__ import annotations
 
 import copy
+import json
+import tempfile
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward, init_random
-from contracts.engines.sglang.loader import EngineBuildError, _LoadTracer, build_model, model_config
+from contracts.engines.sglang.aux_capture import scale_draft
+from contracts.engines.sglang.loader import (META_ABOVE_ELEMENTS, EngineBuildError, _LoadTracer, build_model,
+                                             checkpoint_elements, model_config)
 from contracts.observations import ConfigObservation, TensorFate
 
 SEED = 1234
@@ -54,8 +58,9 @@ def _fill_unwritten(model, seed: int) -> None:
                 p[mask] = fresh[mask]
 
 
-def _outputs(mc, ckpt: Checkpoint, overrides: dict, inputs):
-    """The engine's draft forward with the checkpoint's weights under ``overrides``: (logits, hidden states)."""
+def _outputs(mc, ckpt: Checkpoint | None, overrides: dict, inputs):
+    """The engine's draft forward with the checkpoint's weights (seeded ones where it has none, or for a
+    scaled-down draft) under ``overrides``: (logits, hidden states)."""
     import torch
 
     run_mc = _with_overrides(mc, overrides) if overrides else mc
@@ -65,8 +70,9 @@ def _outputs(mc, ckpt: Checkpoint, overrides: dict, inputs):
             if p.is_floating_point():
                 p.fill_(float("nan"))
     # the traced load: a tensor the engine refuses (shape) is recorded by tensor-shapes, not raised here
-    fates = {k: TensorFate(key=k, shape=list(i.shape), dtype=i.dtype) for k, i in ckpt.tensors.items()}
-    _LoadTracer(model).load(ckpt.iter_tensors(), fates)
+    if ckpt is not None:
+        fates = {k: TensorFate(key=k, shape=list(i.shape), dtype=i.dtype) for k, i in ckpt.tensors.items()}
+        _LoadTracer(model).load(ckpt.iter_tensors(), fates)
     _fill_unwritten(model, SEED)
     ids, hidden = inputs
     out = extend_forward(model, run_mc.hf_config, run_mc.dtype, ids, spec_hidden_states=hidden.to(run_mc.dtype))
@@ -144,6 +150,23 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
         return obs
 
     ckpt = Checkpoint.open(engine_dir)
+    if checkpoint_elements(ckpt) > META_ABOVE_ELEMENTS:
+        # A real-size draft: whether a switch is honoured is a property of the engine's code, not of the
+        # weights, so ask a scaled-down draft of the same config (seeded weights) instead of materialising it.
+        with tempfile.TemporaryDirectory(prefix="eagle3-contracts-config-") as tmp:
+            flat = json.loads((engine_dir / "config.json").read_text())
+            (Path(tmp) / "config.json").write_text(json.dumps(scale_draft(flat, 64, 1024)))
+            obs.probed_on = "a scaled-down copy of the draft config (hidden 64) with seeded weights"
+            _probe_switches(obs, model_config(Path(tmp)), None, candidate_switches, trainer_config)
+        return obs
+    obs.probed_on = "the checkpoint's own weights"
+    _probe_switches(obs, mc, ckpt, candidate_switches, trainer_config)
+    return obs
+
+
+def _probe_switches(obs, mc, ckpt, candidate_switches: dict[str, bool], trainer_config: dict) -> None:
+    import torch
+
     gen = torch.Generator().manual_seed(SEED)
     fc_in = build_model(mc).model.fc.in_features
     vocab = int(mc.hf_config.vocab_size)
@@ -161,4 +184,3 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
         obs.switches[key] = {"value": value, "honoured": diff > 0.0, "max_abs_change_when_flipped": diff}
     model = build_model(mc)
     obs.rope = compare_rope(model, trainer_config)
-    return obs

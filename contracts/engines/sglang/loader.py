@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from contracts.checkpoint import Checkpoint
+from contracts.checkpoint import Checkpoint, InputError
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
 from contracts.renames import candidate_names, config_switches
@@ -24,6 +24,8 @@ from contracts.renames import candidate_names, config_switches
 # ``EagleDraftWorker.init_lm_head`` always calls ``set_embed``; ``set_embed_and_head`` when the draft
 # sets ``load_lm_head_from_target``). The embed-head contract observes whether it really happens.
 EMBED_PARAM = "model.embed_tokens.weight"
+META_ABOVE_ELEMENTS = 50_000_000  # larger drafts are traced on the meta device (bounded memory)
+READ_WHOLE_ELEMENTS = 1 << 20  # tensors up to this size are read whole even on meta (d2t, t2d, norms)
 HEAD_PARAM = "lm_head.weight"
 
 CONFIG_SUMMARY_KEYS = (
@@ -76,6 +78,7 @@ class _LoadTracer:
     def __init__(self, model):
         self.model = model
         self.current: TensorFate | None = None
+        self.meta_written: dict[str, int] = {}  # meta device: elements the loader copied into each parameter
         self.params = dict(model.named_parameters())
         for name, param in self.params.items():
             param.weight_loader = self._wrap(name, self._original_loader(param))
@@ -95,13 +98,20 @@ class _LoadTracer:
             # Measure the region this one call writes: sentinel the whole parameter, call the engine's
             # loader, count what it overwrote, then put back everything it did not touch. A region whose
             # size differs from the tensor's is a silent pad or truncation by the engine.
-            tracked = param.is_floating_point()
+            # On the meta device (large checkpoints) there are no values: count the elements of every
+            # destination the engine's loader copies into instead.
+            tracked = param.is_floating_point() and not param.is_meta
             if tracked:
                 with torch.no_grad():
                     before = param.data.clone()
                     param.data.fill_(float("nan"))
+            copied = _CopyCounter() if param.is_meta else None
             try:
-                original(param, loaded_weight, *args, **kwargs)
+                if copied is not None:
+                    with copied:
+                        original(param, loaded_weight, *args, **kwargs)
+                else:
+                    original(param, loaded_weight, *args, **kwargs)
             except Exception as e:  # the engine's own shape/dtype assertion: record it, keep loading
                 call.error = f"{type(e).__name__}: {e}".strip()
             if tracked:
@@ -109,6 +119,10 @@ class _LoadTracer:
                     untouched = torch.isnan(param.data)
                     call.written = int((~untouched).sum())
                     param.data[untouched] = before[untouched]
+            elif copied is not None:
+                call.written = copied.elements
+                if call.error is None:
+                    self.meta_written[name] = self.meta_written.get(name, 0) + copied.elements
             if self.current is not None:
                 self.current.calls.append(call)
 
@@ -126,12 +140,38 @@ class _LoadTracer:
     def load(self, items, fates) -> str | None:
         try:
             self.model.load_weights(self.feed(items, fates))
+        except InputError:  # the checkpoint itself is unreadable: not an engine observation
+            raise
         except Exception as e:
             where = f" (while loading {self.current.key})" if self.current is not None else ""
             return f"{type(e).__name__}: {e}{where}"
         finally:
             self.current = None
         return None
+
+
+class _CopyCounter:
+    """Counts the elements of every ``Tensor.copy_`` destination while active (the loaders' writes)."""
+
+    def __enter__(self):
+        import torch
+
+        self.elements = 0
+        self._original = torch.Tensor.copy_
+        counter = self
+
+        def copy_(dst, src, *args, **kwargs):
+            counter.elements += dst.numel()
+            return counter._original(dst, src, *args, **kwargs)
+
+        torch.Tensor.copy_ = copy_
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.Tensor.copy_ = self._original
+        return False
 
 
 def _fill_sentinel(model) -> None:
@@ -143,12 +183,38 @@ def _fill_sentinel(model) -> None:
                 p.fill_(float("nan"))
 
 
-def _unwritten_fraction(p) -> float:
+def _unwritten_fraction(p, meta_written: dict | None = None, name: str | None = None) -> float:
     import torch
 
     if not p.is_floating_point() or p.numel() == 0:
         return 0.0
+    if p.is_meta:
+        return max(0.0, 1.0 - (meta_written or {}).get(name, 0) / p.numel())
     return float(torch.isnan(p.detach()).float().mean())
+
+
+def checkpoint_elements(ckpt: Checkpoint) -> int:
+    return sum(t.numel for t in ckpt.tensors.values())
+
+
+def choose_device(ckpt: Checkpoint) -> str:
+    """CPU (exact NaN-sentinel tracing) for small drafts, ``meta`` (no weights in memory) for real-size ones."""
+    return "meta" if checkpoint_elements(ckpt) > META_ABOVE_ELEMENTS else "cpu"
+
+
+def iter_for_device(ckpt: Checkpoint, device: str):
+    """The checkpoint's tensors as the loader will see them: real ones, or on ``meta`` shape-only stand-ins
+    for the large ones (small tensors such as d2t, t2d and norms are always read whole)."""
+    import torch
+
+    if device != "meta":
+        yield from ckpt.iter_tensors()
+        return
+    for name, info in ckpt.tensors.items():
+        if info.numel <= READ_WHOLE_ELEMENTS:
+            yield name, ckpt.load_tensor(name)
+        else:
+            yield name, torch.empty(info.shape, dtype=getattr(torch, info.dtype), device="meta")
 
 
 def _config_summary(hf_config) -> dict:
@@ -168,30 +234,33 @@ def _probe(model, key: str, candidate: str, tensor) -> list[str]:
     return fate.reached
 
 
-def load_traced(engine_dir, dtype: str = "auto"):
+def load_traced(engine_dir, dtype: str = "auto", device: str | None = None):
     """Build the engine's draft for ENGINE_DIR, fill the NaN sentinel and run its own ``load_weights`` traced.
 
-    Returns ``(checkpoint, model_config, model, tracer, fates, load_error)``; the loaded model itself is
-    also what the embed-head observation hands to the engine's worker wiring.
+    ``device``: "cpu" (exact), "meta" (bounded memory: nothing but small tensors is read) or None to choose
+    by the checkpoint's size. Returns ``(checkpoint, model_config, model, tracer, fates, load_error)``; the
+    loaded model itself is also what the embed-head observation hands to the engine's worker wiring.
     """
     engine_dir = Path(engine_dir)
     ckpt = Checkpoint.open(engine_dir)
+    device = device or choose_device(ckpt)
     mc = model_config(engine_dir, dtype)
-    model = build_model(mc)
-    _fill_sentinel(model)
+    model = build_model(mc, device=device)
+    if device != "meta":
+        _fill_sentinel(model)
     tracer = _LoadTracer(model)
     fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
-    load_error = tracer.load(ckpt.iter_tensors(), fates)
+    load_error = tracer.load(iter_for_device(ckpt, device), fates)
     return ckpt, mc, model, tracer, fates, load_error
 
 
-def observe_load(engine_dir, *, probe_fixes: bool = True) -> LoadObservation:
+def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = None) -> LoadObservation:
     """Everything the engine's own construction and ``load_weights`` did with the checkpoint in ENGINE_DIR.
 
     ENGINE_DIR holds the config in the form SGLang reads (see ``contracts.convert``) and the tensors.
     Raises ``EngineBuildError`` when SGLang refuses the config or cannot build the draft class.
     """
-    ckpt, mc, model, tracer, fates, load_error = load_traced(engine_dir)
+    ckpt, mc, model, tracer, fates, load_error = load_traced(engine_dir, device=device)
 
     head_from_target = bool(getattr(model, "load_lm_head_from_target", False))
     params = []
@@ -202,7 +271,8 @@ def observe_load(engine_dir, *, probe_fixes: bool = True) -> LoadObservation:
         elif name == HEAD_PARAM and head_from_target:
             shared = "set_embed_and_head"
         params.append(ParamState(name=name, shape=list(p.shape), dtype=str(p.dtype).removeprefix("torch."),
-                                 unwritten_fraction=_unwritten_fraction(p), shared_from_target=shared))
+                                 unwritten_fraction=_unwritten_fraction(p, tracer.meta_written, name),
+                                 shared_from_target=shared))
 
     hot = getattr(model, "hot_token_id", None)
     observation = LoadObservation(
@@ -216,18 +286,20 @@ def observe_load(engine_dir, *, probe_fixes: bool = True) -> LoadObservation:
         hot_token_id=None if hot is None else hot.tolist(),
         hot_token_id_dtype=None if hot is None else str(hot.dtype).removeprefix("torch."),
     )
+    observation.device = next(p.device.type for p in model.parameters())
     dropped = [f.key for f in fates.values() if f.dropped]
     if probe_fixes and dropped:
-        observation.probes = _probe_fixes(mc, ckpt, dropped)
+        observation.probes = _probe_fixes(mc, ckpt, dropped, observation.device)
     return observation
 
 
-def _probe_fixes(mc, ckpt: Checkpoint, dropped: list[str]) -> list[RenameProbe]:
+def _probe_fixes(mc, ckpt: Checkpoint, dropped: list[str], device: str = "cpu") -> list[RenameProbe]:
     """Ask the engine which renames or config switches would make it load each dropped tensor."""
     probes = []
     present = set(ckpt.tensors)
-    model = build_model(mc)
-    tensors = {key: ckpt.load_tensor(key) for key in dropped}
+    model = build_model(mc, device=device)
+    wanted = set(dropped)
+    tensors = {key: t for key, t in iter_for_device(ckpt, device) if key in wanted}
     for key in dropped:
         for candidate in candidate_names(key):
             reached = _probe(model, key, candidate, tensors[key])
@@ -237,7 +309,7 @@ def _probe_fixes(mc, ckpt: Checkpoint, dropped: list[str]) -> list[RenameProbe]:
                     break
     for switch in config_switches(dropped, int(getattr(mc.hf_config, "num_hidden_layers", 1))):
         try:
-            switched = build_model(mc, switch)
+            switched = build_model(mc, switch, device=device)
         except Exception:
             continue
         for key in dropped:
