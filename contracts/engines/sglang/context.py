@@ -48,6 +48,7 @@ def ensure_context() -> None:
         from sglang.srt.server_args import ServerArgs
 
         shims.select_torch_native_rotary()
+        shims.run_compiled_functions_eagerly()
         _quiet()  # SGLang's import installs its own handlers; quiet them again
         if not torch.distributed.is_initialized():
             init_distributed_environment(

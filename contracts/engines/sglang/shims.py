@@ -81,6 +81,20 @@ def install() -> None:
     _installed = True
 
 
+def run_compiled_functions_eagerly() -> None:
+    """Replaces: ``torch.compile`` JIT compilation (``torch._dynamo.config.disable = True``).
+
+    Why: SGLang compiles a few helpers on the target paths observed here (e.g. DeepSeek-V3's
+    ``_biased_grouped_topk_postprocess`` MoE routing); on a CPU the first call compiles for seconds in every
+    process (measured: 7.3 s of hidden-width's 7.3 s on a Kimi-K2.5-shaped target, 0.9 s without). Eager
+    execution runs the same Python code, so the widths, captured layers and logits observed are the same;
+    nothing here measures the engine's speed.
+    """
+    import torch._dynamo
+
+    torch._dynamo.config.disable = True
+
+
 def select_torch_native_rotary() -> None:
     """Replaces: the platform probe ``sglang.srt.layers.rotary_embedding.base._is_cpu`` (set True).
 

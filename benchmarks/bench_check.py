@@ -1,0 +1,207 @@
+"""How `eagle3-contracts check` scales to real drafters, against the naive way.
+
+Makes sparse safetensors files of real shapes (no disk cost: only the small tensors hold bytes) for a
+Kimi-K2.5-sized drafter (hidden 7168, target vocab 163840, draft vocab 32000, fc 21504 -> 7168, ~2.1 B
+parameters, 4.3 GB in bf16, speculators' key layout with embed_tokens) and a Llama-3.1-8B-sized one
+(hidden 4096, vocab 128256, SpecForge's export layout), each with a config-only target of its real shape.
+Then measures, each in a fresh process, wall time and peak RSS of:
+
+  ours       eagle3-contracts check DRAFT --target TARGET   (every contract that applies)
+  ours-load  the same with --only key-naming,tensor-shapes,d2t-semantics
+  naive      load every tensor, build SGLang's draft model on CPU, call its load_weights
+  startup    importing SGLang and making its CPU context (paid by both; also reported subtracted)
+
+and prints the ratios of one run (the machines are shared and noisy: compare within a run only).
+
+    tox -e bench            (or: python benchmarks/bench_check.py [--keep DIR])
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SAFETENSORS_DTYPE = {"bfloat16": ("BF16", 2), "int64": ("I64", 8), "bool": ("BOOL", 1)}
+
+
+def write_sparse_safetensors(path: Path, tensors: dict[str, tuple[list[int], str]], small: dict[str, bytes]):
+    """A valid safetensors file whose large tensors are holes (read back as zeros) and small ones real bytes."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, (shape, dtype) in tensors.items():
+        tag, size = SAFETENSORS_DTYPE[dtype]
+        n = size
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": tag, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        base = 8 + len(raw)
+        for name, data in small.items():
+            f.seek(base + header[name]["data_offsets"][0])
+            f.write(data)
+        f.truncate(base + offset)
+
+
+def drafter(directory: Path, *, hidden, vocab, draft_vocab, heads, kv_heads, inter, layer_prefix, with_embed, ids):
+    import torch
+
+    directory.mkdir(parents=True)
+    head_dim = hidden // heads
+    layer = {
+        "self_attn.q_proj.weight": [heads * head_dim, 2 * hidden],
+        "self_attn.k_proj.weight": [kv_heads * head_dim, 2 * hidden],
+        "self_attn.v_proj.weight": [kv_heads * head_dim, 2 * hidden],
+        "self_attn.o_proj.weight": [hidden, heads * head_dim],
+        "mlp.gate_proj.weight": [inter, hidden], "mlp.up_proj.weight": [inter, hidden],
+        "mlp.down_proj.weight": [hidden, inter],
+        "input_layernorm.weight": [hidden], "post_attention_layernorm.weight": [hidden],
+        "hidden_norm.weight": [hidden],
+    }
+    tensors = {f"{layer_prefix}.{k}": (v, "bfloat16") for k, v in layer.items()}
+    tensors.update({"fc.weight": ([hidden, 3 * hidden], "bfloat16"), "norm.weight": ([hidden], "bfloat16"),
+                    "lm_head.weight": ([draft_vocab, hidden], "bfloat16"),
+                    "d2t": ([draft_vocab], "int64"), "t2d": ([vocab], "bool")})
+    if with_embed:
+        tensors["embed_tokens.weight"] = ([vocab, hidden], "bfloat16")
+    selected = torch.arange(draft_vocab) * 2  # a valid selection: every other target id
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[selected] = True
+    ones = torch.ones(hidden, dtype=torch.bfloat16)
+    small = {"d2t": (selected - torch.arange(draft_vocab)).numpy().tobytes(), "t2d": t2d.numpy().tobytes()}
+    for name in tensors:
+        if name.endswith("norm.weight"):
+            small[name] = ones.view(torch.int16).numpy().tobytes()
+    write_sparse_safetensors(directory / "model.safetensors", tensors, small)
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": hidden,
+              "intermediate_size": inter, "num_hidden_layers": 1, "num_attention_heads": heads,
+              "num_key_value_heads": kv_heads, "head_dim": head_dim, "vocab_size": vocab,
+              "draft_vocab_size": draft_vocab, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+              "rope_theta": 50000.0, "hidden_act": "silu", "tie_word_embeddings": False, "dtype": "bfloat16",
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
+    (directory / "config.json").write_text(json.dumps(config))
+    return sum(_numel(shape) for shape, _ in tensors.values())
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def targets(root: Path, repo: Path) -> dict[str, Path]:
+    kimi = json.loads((repo / "fixtures/targets/kimi-k25-tiny-config/config.json").read_text())
+    text = kimi["text_config"]
+    text.update(hidden_size=7168, vocab_size=163840, num_hidden_layers=61, num_attention_heads=64,
+                intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=384, kv_lora_rank=512,
+                q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+    if "vocab_size" in kimi:
+        kimi["vocab_size"] = 163840
+    llama = json.loads((repo / "fixtures/targets/llama-tiny/config.json").read_text())
+    llama.update(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                 num_key_value_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=131072,
+                 rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                                  "rope_theta": 500000.0}, dtype="bfloat16")
+    out = {}
+    for name, cfg in (("kimi-k25-target", kimi), ("llama-3.1-8b-target", llama)):
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps(cfg))
+        out[name] = root / name
+    return out
+
+
+NAIVE = """
+import sys
+from contracts.engines.sglang.context import ensure_context
+from contracts.engines.sglang.loader import build_model, model_config
+from pathlib import Path
+ensure_context()
+from safetensors.torch import load_file
+tensors = load_file(sys.argv[1] + "/model.safetensors")
+model = build_model(model_config(Path(sys.argv[1])))
+model.load_weights(tensors.items())
+"""
+STARTUP = "from contracts.engines.sglang.context import ensure_context; ensure_context()"
+
+
+def measure(argv: list[str]) -> dict:
+    """Wall time and peak RSS of one fresh process (its own rusage, not its siblings')."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    out = proc.stdout.read().decode()
+    err = proc.stderr.read().decode()
+    code = os.waitstatus_to_exitcode(status)
+    return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "exit": code,
+            "stdout": out, "stderr": err[-400:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", help="write the sparse checkpoints here and keep them")
+    args = parser.parse_args()
+    repo = Path(__file__).resolve().parents[1]
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="eagle3-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    try:
+        tg = targets(root, repo)
+        cases = {
+            "kimi-k2.5-sized": (drafter(root / "kimi-drafter", hidden=7168, vocab=163840, draft_vocab=32000, heads=56,
+                                        kv_heads=8, inter=18432, layer_prefix="layers.0", with_embed=True,
+                                        ids=[1, 29, 57]), root / "kimi-drafter", tg["kimi-k25-target"]),
+            "llama-3.1-8b-sized": (drafter(root / "llama-drafter", hidden=4096, vocab=128256, draft_vocab=32000,
+                                           heads=32, kv_heads=8, inter=14336, layer_prefix="midlayer",
+                                           with_embed=False, ids=[1, 15, 28]), root / "llama-drafter",
+                                   tg["llama-3.1-8b-target"]),
+        }
+        startup = measure([py, "-c", STARTUP])
+        print(f"startup (import SGLang + CPU context): {startup['wall_s']} s, {startup['peak_rss_mb']} MB")
+        rows = []
+        for name, (params, draft, target) in cases.items():
+            ours = measure([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--format", "json"])
+            load = measure([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--format", "json",
+                            "--only", "key-naming,tensor-shapes,d2t-semantics"])
+            naive = measure([py, "-c", NAIVE, str(draft)])
+            verdicts = {r["contract"]: r["status"] for r in json.loads(ours["stdout"])["results"]} if ours["exit"] in (0, 1) \
+                else ours["stderr"]
+            rows.append((name, params, ours, load, naive, verdicts))
+        print()
+        print("| drafter | parameters | naive: wall / peak RSS | check, all contracts: wall / peak RSS | ratio (naive/ours) "
+              "| same, beyond the shared startup | check, load contracts: wall / peak RSS | ratio (naive/ours) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, params, ours, load, naive, _ in rows:
+            def cell(m):
+                return f"{m['wall_s']} s / {m['peak_rss_mb']:.0f} MB"
+
+            def ratio(m):
+                return f"{naive['wall_s'] / m['wall_s']:.1f}× time, {naive['peak_rss_mb'] / m['peak_rss_mb']:.1f}× memory"
+
+            beyond = (naive["wall_s"] - startup["wall_s"]) / max(ours["wall_s"] - startup["wall_s"], 0.01)
+            print(f"| {name} | {params / 1e9:.2f} B | {cell(naive)} | {cell(ours)} | {ratio(ours)} | {beyond:.1f}× time | "
+                  f"{cell(load)} | {ratio(load)} |")
+        print()
+        for name, _, ours, _, naive, verdicts in rows:
+            print(f"{name}: verdicts {verdicts}; naive exit {naive['exit']}"
+                  + (f" ({naive['stderr'].strip().splitlines()[-1]})" if naive["exit"] else ""))
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
