@@ -9,6 +9,7 @@ unpickling an untrusted ``.bin``/``.pt`` runs arbitrary code.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +28,24 @@ DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2":
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
 
 
+def text_config(cfg: dict) -> dict:
+    """The language-model part of a config (multimodal targets nest it, e.g. Kimi-K2.5's ``text_config``)."""
+    for key in ("text_config", "language_config", "llm_config"):
+        if isinstance(cfg.get(key), dict):
+            return cfg[key]
+    return cfg
+
+
+def rope_of(cfg: dict) -> tuple[float | None, dict | None]:
+    """(theta, scaling) as a config describes them (transformers 5 ``rope_parameters`` or the older keys)."""
+    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None
+    theta = cfg.get("rope_theta") or (params or {}).get("rope_theta")
+    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
+    if scaling is None and params and params.get("rope_type", "default") != "default":
+        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    return theta, scaling
+
+
 class InputError(Exception):
     """The input cannot be judged at all (missing, malformed, unsafe). Rendered as one line, exit 2."""
 
@@ -40,10 +59,7 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 def _load_json(path: Path, what: str) -> dict:

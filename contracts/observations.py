@@ -7,6 +7,7 @@ the checks judge them and never import an engine.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -36,10 +37,7 @@ class TensorFate:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def dropped(self) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from contracts.checkpoint import Checkpoint, InputError
+from contracts.checkpoint import Checkpoint, InputError, text_config
 from contracts.registry import FAIL, SKIP, Result, select
 
 
@@ -101,8 +101,7 @@ class Subject:
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
         wanted = None
         trainer = self.trainer_name
-        n = self.target.config.get("num_hidden_layers") or (self.target.config.get("text_config") or {}).get(
-            "num_hidden_layers")
+        n = text_config(self.target.config).get("num_hidden_layers")
         if trainer and n:
             ids = self.trainer_aux_ids
             if ids is None:

@@ -13,19 +13,13 @@ from __future__ import annotations
 
 import json
 
+from contracts.checkpoint import rope_of, text_config
 from contracts.registry import FAIL, PASS, WARN, Result, contract
 
 # Boolean switches whose default is false in the trainers and the engine. Which of them the engine honours
 # is not listed anywhere: it is measured by flipping each one present in the checkpoint's config.
 SWITCHES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "use_aux_norm", "bias",
             "attention_bias", "mlp_bias")
-
-
-def _text(cfg: dict) -> dict:
-    for key in ("text_config", "language_config"):
-        if isinstance(cfg.get(key), dict):
-            return cfg[key]
-    return cfg
 
 
 def trained_config(ckpt_config: dict) -> dict:
@@ -78,7 +72,7 @@ def check_config(subject) -> Result:
         problems.append(f"draft_vocab_size {draft_vocab} is above vocab_size {vocab}")
         fixes.append("draft_vocab_size must not exceed vocab_size (the target's vocab)")
     if subject.target is not None:
-        target = _text(subject.target.config)
+        target = text_config(subject.target.config)
         t_vocab, t_hidden = target.get("vocab_size"), target.get("hidden_size")
         if isinstance(vocab, int) and isinstance(t_vocab, int) and vocab != t_vocab:
             problems.append(f"vocab_size {vocab} differs from the target's {t_vocab}: draft token ids would index "
@@ -93,10 +87,8 @@ def check_config(subject) -> Result:
         if isinstance(ctx, int) and isinstance(t_ctx, int) and ctx < t_ctx:
             warnings.append(f"the draft's max_position_embeddings {ctx} is shorter than the target's {t_ctx}: "
                             f"drafts past position {ctx} run outside what it was trained on")
-        from contracts.engines.sglang.config_probe import _rope_of
-
-        t_theta, t_scaling = _rope_of(target)
-        d_theta, d_scaling = _rope_of(trained_config(original))
+        t_theta, t_scaling = rope_of(target)
+        d_theta, d_scaling = rope_of(trained_config(original))
         if t_theta and d_theta and float(t_theta) != float(d_theta):
             warnings.append(f"rope base {d_theta} differs from the target's {t_theta}")
         if t_scaling and not d_scaling:

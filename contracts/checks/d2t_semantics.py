@@ -10,6 +10,7 @@ the ``hot_token_id`` the engine's ``load_weights`` computed, never on a re-imple
 
 from __future__ import annotations
 
+from contracts.checkpoint import text_config
 from contracts.registry import FAIL, PASS, Result, contract
 
 INTEGER_DTYPES = {"int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64"}
@@ -19,9 +20,8 @@ SIDE_BY_SIDE = 8
 def target_vocab_size(subject, engine_config: dict) -> tuple[int | None, str]:
     """The target vocab size and where it came from (the target's config, else the draft's vocab_size)."""
     if subject.target is not None:
-        cfg = subject.target.config
-        for c in (cfg, cfg.get("text_config") or {}, cfg.get("language_config") or {}):
-            if isinstance(c, dict) and isinstance(c.get("vocab_size"), int):
+        for c in (subject.target.config, text_config(subject.target.config)):
+            if isinstance(c.get("vocab_size"), int):
                 return c["vocab_size"], "target config.json"
     size = engine_config.get("vocab_size")
     return (size, "draft config vocab_size") if isinstance(size, int) else (None, "unknown")

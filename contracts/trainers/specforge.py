@@ -75,6 +75,22 @@ FUNCTIONS_CALLED = [
 ]
 
 
+def online_model(cfg, draft_model):
+    """specforge's training wrapper around the draft, configured as its model provider does
+    (model_providers.build_eagle3_model, without the offline TargetHead), in the run's dtype."""
+    import torch
+    from specforge.algorithms.eagle3.model import OnlineEagle3Model
+
+    return OnlineEagle3Model(
+        draft_model=draft_model,
+        length=cfg.training.ttt_length,
+        attention_backend=cfg.training.attention_backend,
+        lk_loss_type=cfg.training.lk_loss_type,
+        kl_scale=cfg.training.kl_scale,
+        kl_decay=cfg.training.kl_decay,
+    ).to(dtype=getattr(torch, cfg.model.torch_dtype))
+
+
 def run_config(work: Path) -> dict:
     """The run as `specforge train` would be configured (offline data source, eagle3 strategy)."""
     features_dir = work / "features"  # offline data source of the run; never read (no training step)
@@ -93,7 +109,6 @@ def build(work: Path) -> dict:
     from accelerate.utils import set_seed
     from transformers import AutoConfig
 
-    from specforge.algorithms.eagle3.model import OnlineEagle3Model
     from specforge.algorithms.model_providers import (
         build_eagle3_draft,
         resolve_eagle_capture_layers,
@@ -127,14 +142,7 @@ def build(work: Path) -> dict:
     draft_config = resolve_draft_config(cfg, provider=provider.draft_config)
     draft_model = build_eagle3_draft(cfg, draft_config)
     # provider.build_training_model (model_providers.build_eagle3_model) minus the offline TargetHead.
-    model = OnlineEagle3Model(
-        draft_model=draft_model,
-        length=cfg.training.ttt_length,
-        attention_backend=cfg.training.attention_backend,
-        lk_loss_type=cfg.training.lk_loss_type,
-        kl_scale=cfg.training.kl_scale,
-        kl_decay=cfg.training.kl_decay,
-    ).to(dtype=getattr(torch, cfg.model.torch_dtype))
+    model = online_model(cfg, draft_model)
     aux_layer_ids = resolve_eagle_capture_layers(cfg, draft_config, target_config)
     bundle = ModelBundle(
         model=model,
@@ -210,7 +218,6 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> 
     from accelerate.utils import set_seed
     from safetensors import safe_open
 
-    from specforge.algorithms.eagle3.model import OnlineEagle3Model
     from specforge.application.composition import resolve_run
     from specforge.config import Config
     from specforge.runtime.contracts import TrainBatch
@@ -228,14 +235,7 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> 
     draft_config = resolve_draft_config(cfg, provider=provider.draft_config)
     # build_eagle3_draft: from_config(sdpa, fp32) -> warm_start_draft_model(OUT_DIR) -> load_embedding(target)
     draft_model = provider.build_draft(cfg, draft_config)
-    model = OnlineEagle3Model(
-        draft_model=draft_model,
-        length=cfg.training.ttt_length,
-        attention_backend=cfg.training.attention_backend,
-        lk_loss_type=cfg.training.lk_loss_type,
-        kl_scale=cfg.training.kl_scale,
-        kl_decay=cfg.training.kl_decay,
-    ).to(dtype=getattr(torch, cfg.model.torch_dtype)).eval()
+    model = online_model(cfg, draft_model).eval()
     strategy = algorithm.providers.step.build(model, target_head=None, **algorithm.providers.step.options(cfg))
 
     # Same weights as the export (bf16 -> fp32 exact); the embedding is the target's, bit for bit.

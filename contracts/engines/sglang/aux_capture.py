@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from contracts.checkpoint import Checkpoint
+from contracts.checkpoint import Checkpoint, text_config
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward, init_random, target_forward, uses_latent_attention
 from contracts.observations import AuxCaptureObservation
@@ -33,17 +33,10 @@ SMALL_TARGET_PARAMS = 50_000_000  # targets up to this size are run with their o
 INPUT_IDS = [1, 5, 9, 22, 100, 7]
 
 
-def _text_config(cfg: dict) -> dict:
-    for key in ("text_config", "language_config", "llm_config"):
-        if isinstance(cfg.get(key), dict):
-            return cfg[key]
-    return cfg
-
-
 def scale_down(cfg: dict) -> dict:
     """A copy of a target config with the same architecture and layer count but tiny widths."""
     cfg = json.loads(json.dumps(cfg))
-    text = _text_config(cfg)
+    text = text_config(cfg)
     heads = text.get("num_attention_heads") or 4
     kv = text.get("num_key_value_heads") or heads
     for key, value in TINY.items():
@@ -172,7 +165,7 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
     target = Checkpoint.open(target_dir, require_weights=False)
     draft_cfg = json.loads((draft_dir / "config.json").read_text())
     arch = (target.config.get("architectures") or ["?"])[0]
-    text = _text_config(target.config)
+    text = text_config(target.config)
     obs = AuxCaptureObservation(engine={"name": "sglang", "version": engine_version()}, target_architecture=arch,
                                 num_target_layers=text.get("num_hidden_layers"),
                                 target_hidden_size=text.get("hidden_size"))
@@ -196,7 +189,7 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
             tiny_target = tmp / "target"
             tiny_target.mkdir()
             (tiny_target / "config.json").write_text(json.dumps(scale_down(target.config)))
-        tiny_text = _text_config(json.loads((tiny_target / "config.json").read_text()))
+        tiny_text = text_config(json.loads((tiny_target / "config.json").read_text()))
         hidden, vocab = int(tiny_text["hidden_size"]), int(tiny_text.get("vocab_size") or 1024)
         tiny_draft = tmp / "draft"
         tiny_draft.mkdir()

@@ -16,7 +16,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from contracts.checkpoint import Checkpoint
+from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward, init_random
 from contracts.engines.sglang.aux_capture import scale_draft
@@ -84,23 +84,13 @@ def _rotary(model):
     return getattr(layer.self_attn, "rotary_emb", None)
 
 
-def _rope_of(cfg: dict) -> tuple[float | None, dict | None]:
-    """(theta, scaling) as a config describes them (transformers 5 ``rope_parameters`` or older keys)."""
-    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None
-    theta = cfg.get("rope_theta") or (params or {}).get("rope_theta")
-    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
-    if scaling is None and params and params.get("rope_type", "default") != "default":
-        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
-    return theta, scaling
-
-
 def compare_rope(model, trainer_cfg: dict) -> dict:
     """The engine's applied rope versus the rope built by the engine's own ``get_rope`` from the trainer's config."""
     import torch
     from sglang.srt.layers.rotary_embedding import get_rope
 
     rotary = _rotary(model)
-    theta, scaling = _rope_of(trainer_cfg)
+    theta, scaling = rope_of(trainer_cfg)
     applied = {"class": type(rotary).__name__ if rotary is not None else None,
                "base": getattr(rotary, "base", None)}
     trained = {"rope_theta": theta, "rope_scaling": scaling}

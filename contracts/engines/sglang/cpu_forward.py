@@ -38,6 +38,19 @@ def uses_latent_attention(hf_config) -> bool:
     return bool(getattr(text, "kv_lora_rank", None))
 
 
+def _one_request(hf_config, dtype, n: int):
+    """SGLang's pools and torch-native attention backend for one request of ``n`` tokens, and its KV slots."""
+    import torch
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    req, kv = _pools(text, dtype, n)
+    backend = TorchNativeAttnBackend(types.SimpleNamespace(device="cpu", req_to_token_pool=req, token_to_kv_pool=kv))
+    locs = torch.arange(PAGE, PAGE + n, dtype=torch.int64)
+    req.req_to_token[0, :n] = locs.to(req.req_to_token.dtype)
+    return backend, locs
+
+
 def _run(model, backend, batch, input_ids):
     import torch
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
@@ -57,15 +70,10 @@ def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=Non
     Returns SGLang's ``LogitsProcessorOutput``.
     """
     import torch
-    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
-    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     n = int(input_ids.shape[0])
-    req, kv = _pools(text, dtype, n)
-    backend = TorchNativeAttnBackend(types.SimpleNamespace(device="cpu", req_to_token_pool=req, token_to_kv_pool=kv))
-    locs = torch.arange(PAGE, PAGE + n, dtype=torch.int64)
-    req.req_to_token[0, :n] = locs.to(req.req_to_token.dtype)
+    backend, locs = _one_request(hf_config, dtype, n)
     seq = torch.tensor([n], dtype=torch.int32)
     batch = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=1, input_ids=input_ids,
                          req_pool_indices=torch.tensor([0]), seq_lens=seq, seq_lens_cpu=seq.clone(),
@@ -93,15 +101,10 @@ def decode_forward(model, hf_config, dtype, input_ids):
     steps take SGLang's absorbed MLA form, which reads exactly that latent.
     """
     import torch
-    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
-    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     n = int(input_ids.shape[0])
-    req, kv = _pools(text, dtype, n)
-    backend = TorchNativeAttnBackend(types.SimpleNamespace(device="cpu", req_to_token_pool=req, token_to_kv_pool=kv))
-    locs = torch.arange(PAGE, PAGE + n, dtype=torch.int64)
-    req.req_to_token[0, :n] = locs.to(req.req_to_token.dtype)
+    backend, locs = _one_request(hf_config, dtype, n)
     hidden, logits, out = [], [], None
     for i in range(n):
         seq = torch.tensor([i + 1], dtype=torch.int32)
