@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
 from contracts.cli import main
@@ -31,6 +31,15 @@ def _real_header():
 HEADER, DATA = _real_header()
 
 
+def _with_nan_d2t() -> bytes:
+    """The specforge draft with d2t saved as float32 NaNs (a readable file the engine must judge)."""
+    from safetensors.torch import load_file, save
+
+    tensors = load_file(DRAFTS["specforge"] / "model.safetensors")
+    tensors["d2t"] = torch.full((64,), float("nan"), dtype=torch.float32)
+    return save(tensors)
+
+
 @st.composite
 def fuzzed_safetensors(draw) -> bytes:
     header = json.loads(json.dumps(HEADER))
@@ -44,7 +53,7 @@ def fuzzed_safetensors(draw) -> bytes:
                 entry["data_offsets"] = [o - (end - begin) for o in entry["data_offsets"]]
         header["d2t"] = {"dtype": "F32", "shape": [64], "data_offsets": [len(data), len(data) + len(values)]}
         data = data + values
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2, 3]))):  # valid files often enough to reach verdicts
         names = sorted(k for k, v in header.items() if k != "__metadata__" and isinstance(v, dict))
         if not names:
             break
@@ -64,9 +73,11 @@ def fuzzed_safetensors(draw) -> bytes:
         else:
             header[name] = draw(st.one_of(st.none(), st.integers(), st.text(max_size=5), st.lists(st.integers())))
     raw = json.dumps(header).encode()
-    length = draw(st.one_of(st.just(len(raw)), st.integers(0, 2 ** 64 - 1), st.integers(0, len(raw) + 64)))
-    body = draw(st.one_of(st.just(data), st.binary(max_size=64), st.just(data[: len(data) // 3])))
-    if draw(st.integers(0, 9)) == 0:
+    length = {"ok": len(raw), "huge": draw(st.integers(0, 2 ** 64 - 1)),
+              "near": draw(st.integers(0, len(raw) + 64))}[draw(st.sampled_from(["ok", "ok", "ok", "huge", "near"]))]
+    body = {"ok": data, "junk": draw(st.binary(max_size=64)),
+            "truncated": data[: len(data) // 3]}[draw(st.sampled_from(["ok", "ok", "ok", "junk", "truncated"]))]
+    if draw(st.integers(0, 19)) == 0:
         return draw(st.binary(max_size=128))
     return struct.pack("<Q", length) + raw + body
 
@@ -74,7 +85,7 @@ def fuzzed_safetensors(draw) -> bytes:
 @st.composite
 def fuzzed_configs(draw) -> str:
     cfg = json.loads((DRAFTS["specforge"] / "config.json").read_text())
-    kind = draw(st.sampled_from(["valid", "valid", "valid", "duplicate", "not_json", "not_object", "odd_values"]))
+    kind = draw(st.sampled_from(["valid"] * 5 + ["duplicate", "not_json", "not_object", "odd_values", "odd_values"]))
     if kind == "duplicate":
         text = json.dumps(cfg)
         return text[:-1] + ', "hidden_size": 32}'
@@ -89,10 +100,17 @@ def fuzzed_configs(draw) -> str:
     return json.dumps(cfg)
 
 
+_PRISTINE = (DRAFTS["specforge"] / "model.safetensors").read_bytes()
+_PRISTINE_CONFIG = (DRAFTS["specforge"] / "config.json").read_text()
+_NAN_D2T = _with_nan_d2t()
+
+
 # capsys is read out within every example, so sharing it across examples is safe
 @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
           max_examples=2 * settings.default.max_examples)
 @given(weights=fuzzed_safetensors(), config=fuzzed_configs())
+@example(weights=_PRISTINE, config=_PRISTINE_CONFIG)  # a verdict: pass
+@example(weights=_NAN_D2T, config=_PRISTINE_CONFIG)  # a verdict: fail, d2t-semantics names the NaNs
 def test_fuzzed_checkpoint_is_a_verdict_or_one_line_exit_2(weights, config, capsys):
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "ckpt"
@@ -103,6 +121,11 @@ def test_fuzzed_checkpoint_is_a_verdict_or_one_line_exit_2(weights, config, caps
         code = main(["check", str(d), "--only", FAST, "--format", "json"])
         out, err = capsys.readouterr()
         note(f"exit {code}; stderr {err!r}; stdout {out[:300]!r}")
+        event(f"exit {code}")
+        if weights == _PRISTINE and config == _PRISTINE_CONFIG:
+            assert code == 0
+        elif weights == _NAN_D2T and config == _PRISTINE_CONFIG:
+            assert code == 1 and "NaN" in out
         assert tree_digest(d) == before
     assert "Traceback" not in err and "internal error" not in err
     if code == 2:
