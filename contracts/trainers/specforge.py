@@ -105,7 +105,6 @@ def run_config(work: Path) -> dict:
 
 
 def build(work: Path) -> dict:
-    import torch
     from accelerate.utils import set_seed
     from transformers import AutoConfig
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.sglang.context import engine_version, ensure_context
-from contracts.engines.sglang.cpu_forward import extend_forward, init_random
+from contracts.engines.sglang.cpu_forward import extend_forward
 from contracts.engines.sglang.aux_capture import scale_draft
 from contracts.engines.sglang.loader import (META_ABOVE_ELEMENTS, EngineBuildError, _LoadTracer, build_model,
                                              checkpoint_elements, model_config)
@@ -116,7 +116,6 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
     ``trainer_config``: the config as the trainer saved it (nested for speculators), for the rope it trained
     with. ``candidate_switches``: boolean switches present in the checkpoint's config, to flip one by one.
     """
-    import torch
 
     ensure_context()
     from sglang.srt.configs.model_config import _get_and_verify_dtype

@@ -10,8 +10,6 @@ engine's forward is re-implemented.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version
@@ -29,7 +27,7 @@ def read_reference(path) -> tuple[dict, dict]:
         return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
 
 
-def _tolerance(ref_logits, weight_dtypes: set[str], served_embed_dtype: str | None, trained_embed_dtype: str | None):
+def _tolerance(ref_logits, served_embed_dtype: str | None, trained_embed_dtype: str | None):
     """float32 on both sides: accumulation order only (1e-4 of the logit scale). When the trainer embedded
     with a 16-bit copy of the embedding the engine serves in float32, add that copy's rounding (2^-8)."""
     scale = max(1.0, float(ref_logits.abs().max()))
@@ -79,6 +77,5 @@ def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservatio
     obs.max_abs_diff = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
     embed = ckpt.tensors.get("embed_tokens.weight") or ckpt.tensors.get("model.embed_tokens.weight")
     served = str(w.draft.model.embed_tokens.weight.dtype).removeprefix("torch.")
-    obs.tolerance, obs.tolerance_why = _tolerance(ref_logits, {i.dtype for i in ckpt.tensors.values()}, served,
-                                                  embed.dtype if embed is not None else None)
+    obs.tolerance, obs.tolerance_why = _tolerance(ref_logits, served, embed.dtype if embed is not None else None)
     return obs
