@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="judge a draft checkpoint with every contract")
     c.add_argument("checkpoint", nargs="?", help="draft checkpoint directory")
     c.add_argument("--target", help="target model directory (config.json; weights optional)")
+    c.add_argument("--trainer", choices=("speculators", "specforge"),
+                   help="the library that trained a flat-config draft (for a draft converted by hand: its aux "
+                        "layer ids are then read in that trainer's convention)")
     c.add_argument("--engine", default="sglang", help="engine under test: sglang or sglang==VERSION")
     c.add_argument("--only", help="comma-separated contract ids")
     c.add_argument("--format", choices=FORMATS, default="text")
@@ -96,7 +99,7 @@ def _run_check(args) -> int:
     else:
         if not args.checkpoint:
             raise UsageError("check: give a CHECKPOINT directory (or --examples)")
-        subjects = [Subject(args.checkpoint, args.checkpoint, args.target)]
+        subjects = [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer)]
     _guard_output(args.output, [s.checkpoint_path for s in subjects]
                   + [s.target_path for s in subjects if s.target_path])
     for s in subjects:  # validate every input before any engine work

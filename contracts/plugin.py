@@ -22,6 +22,8 @@ def pytest_addoption(parser):
                     help="draft checkpoint to run every contract on (repeatable)")
     group.addoption("--target", action="append", default=[], metavar="DIR",
                     help="target model directory for the --checkpoint at the same position (repeatable)")
+    group.addoption("--trainer", action="append", default=[], metavar="NAME",
+                    help="speculators or specforge: the trainer of the --checkpoint at the same position")
     group.addoption("--contracts-only", default=None, metavar="IDS",
                     help="comma-separated contract ids to run (default: all)")
 
@@ -36,8 +38,10 @@ def pytest_configure(config):
     subjects = []
     for i, ckpt in enumerate(checkpoints):
         base = ckpt.rstrip("/").split("/")[-1]
+        trainers = config.getoption("trainer")
         subjects.append(Subject(f"{i}-{base}" if len(checkpoints) > 1 else base, ckpt,
-                                targets[i] if i < len(targets) else None))
+                                targets[i] if i < len(targets) else None,
+                                trainer=trainers[i] if i < len(trainers) else None))
     config.stash.setdefault(_SUBJECTS_KEY, [])[:0] = subjects
 
 

@@ -98,3 +98,17 @@ def test_without_a_target_it_is_skipped_with_the_reason():
     subject = Subject("no-target", DRAFTS["specforge"], None)
     (result,) = subject.run(["hidden-width"])
     assert result.status == "skip" and "--target" in result.summary
+
+
+def test_a_hand_converted_draft_needs_the_trainer_named_to_judge_alignment(tmp_path, capsys):
+    """A speculators draft a user converted by hand has a flat config: nothing says whose ids these are."""
+    from contracts.cli import main
+    from contracts.convert import convert_to_sglang
+
+    converted = convert_to_sglang(DRAFTS["speculators-default"], tmp_path / "converted")
+    assert main(["check", str(converted), "--target", str(TARGET), "--only", "hidden-width", "--format", "json"]) == 0
+    ev = json.loads(capsys.readouterr().out)["results"][0]["evidence"]
+    assert "pass --trainer" in ev["trainer"]
+    assert main(["check", str(converted), "--target", str(TARGET), "--only", "hidden-width",
+                 "--trainer", "speculators"]) == 1
+    assert "speculators trained on hidden_states [2, 4, 5]" in capsys.readouterr().out

@@ -102,7 +102,8 @@ def check_hidden_width(subject) -> Result:
                 fixes.append(f"write eagle_config.eagle_aux_hidden_state_layer_ids: {aux.ids_for_trainer_layers} "
                              f"(SGLang then captures hidden_states {wanted})")
     elif not trainer:
-        ev["trainer"] = "unknown (flat config): layer alignment not judged"
+        ev["trainer"] = ("unknown (a flat config names no trainer): layer alignment not judged; pass --trainer "
+                         "speculators|specforge to judge it")
 
     if problems:
         return Result("hidden-width", FAIL, "; ".join(problems), ev, "; ".join(fixes) or None)
