@@ -69,17 +69,20 @@ def broken(tmp_path):
     return factory
 
 
-@pytest.fixture(scope="session")
-def run_contract():
-    """Run one contract on a checkpoint dir with the pinned engine, in-process; returns the Result."""
+def judge_contract(contract_id: str, checkpoint, target=TARGET, **subject_fields):
+    """Run one contract on a checkpoint dir with the pinned engine, in-process; returns the Result.
+    ``subject_fields`` are Subject's optional fields (intended_ids, trainer, reference_path, ...)."""
     from contracts.subject import Subject
 
-    def run(checkpoint, contract_id, target=TARGET):
-        subject = Subject(Path(checkpoint).name, checkpoint, target)
-        try:
-            (result,) = subject.run([contract_id])
-            return result
-        finally:
-            subject.close()
+    subject = Subject(Path(checkpoint).name, checkpoint, target, **subject_fields)
+    try:
+        (result,) = subject.run([contract_id])
+        return result
+    finally:
+        subject.close()
 
-    return run
+
+@pytest.fixture(scope="session")
+def run_contract():
+    """``run_contract(checkpoint, contract_id, target=TARGET)``: see ``judge_contract``."""
+    return lambda checkpoint, contract_id, target=TARGET: judge_contract(contract_id, checkpoint, target)

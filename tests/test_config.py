@@ -6,17 +6,11 @@ from __future__ import annotations
 import pytest
 
 import contracts.convert as convert
-from contracts.subject import Subject
-from tests.conftest import DRAFTS, TARGET
+from tests.conftest import DRAFTS, TARGET, judge_contract
 
 
 def judge(path, target=TARGET):
-    subject = Subject(path.name, path, target)
-    try:
-        (result,) = subject.run(["config"])
-        return result
-    finally:
-        subject.close()
+    return judge_contract("config", path, target)
 
 
 def test_train_defaults_fail_naming_norm_before_residual():

@@ -7,20 +7,14 @@ import pytest
 import torch
 
 from contracts.bundled import manifest
-from contracts.subject import Subject
-from tests.conftest import DRAFTS, TARGET
+from tests.conftest import DRAFTS, TARGET, judge_contract
 
 SELECTED = manifest()["specforge"]["selected_target_ids"]
 DRAFT_VOCAB, VOCAB = 64, 512
 
 
 def judge(path, intended=SELECTED, target=TARGET):
-    subject = Subject(path.name, path, target, intended_ids=intended)
-    try:
-        (result,) = subject.run(["d2t-semantics"])
-        return result
-    finally:
-        subject.close()
+    return judge_contract("d2t-semantics", path, target, intended_ids=intended)
 
 
 def offsets(ids):

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from contracts.subject import Subject
-from tests.conftest import DRAFTS, FIXTURES, TARGET
+from tests.conftest import DRAFTS, FIXTURES, TARGET, judge_contract
 
 REFS = FIXTURES / "references"
 
 
 def judge(path, reference, target=TARGET):
-    subject = Subject(path.name, path, target, reference_path=reference)
-    try:
-        (result,) = subject.run(["forward-parity"])
-        return result
-    finally:
-        subject.close()
+    return judge_contract("forward-parity", path, target, reference_path=reference)
 
 
 def test_specforge_and_library_default_speculators_agree_with_the_engine():

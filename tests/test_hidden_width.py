@@ -9,16 +9,11 @@ import json
 import pytest
 
 from contracts.subject import Subject
-from tests.conftest import DRAFTS, TARGET
+from tests.conftest import DRAFTS, TARGET, judge_contract
 
 
 def judge(path, trainer=None, trainer_aux_ids=None, target=TARGET):
-    subject = Subject(path.name, path, target, trainer=trainer, trainer_aux_ids=trainer_aux_ids)
-    try:
-        (result,) = subject.run(["hidden-width"])
-        return result
-    finally:
-        subject.close()
+    return judge_contract("hidden-width", path, target, trainer=trainer, trainer_aux_ids=trainer_aux_ids)
 
 
 def test_specforge_draft_gets_three_layers_and_fc_runs():

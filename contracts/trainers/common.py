@@ -144,13 +144,16 @@ def target_reference_inputs(hf_hidden_state_indices: list[int]) -> tuple[dict, d
     return tensors, metadata
 
 
-def write_reference(name: str, tensors: dict, metadata: dict[str, str]) -> dict:
-    """Write fixtures/references/<name>.safetensors and return the manifest's "reference" field.
+def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str]) -> dict:
+    """Write fixtures/references/<name>.safetensors (the reference inputs and the trainer's step-0 logits)
+    and return the manifest's "reference" field.
 
     safetensors writes its `__metadata__` map in a per-process random order; the header is rewritten
     with the keys sorted (same length, same tensors) so a rebuild is byte-identical."""
     from safetensors.torch import save
 
+    tensors = {key: inputs[key] for key in ("input_ids", "positions", "hidden_states")}
+    tensors["logits"] = logits.float().contiguous()
     if not all(isinstance(v, str) and v.isascii() for v in metadata.values()):
         raise ValueError("reference metadata must be ASCII strings")
     data = bytearray(save(tensors, metadata=metadata))

@@ -281,12 +281,6 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> 
         pass
     finally:
         hook.remove()
-    tensors = {
-        "input_ids": inputs["input_ids"],
-        "positions": inputs["positions"],
-        "hidden_states": inputs["hidden_states"],
-        "logits": captured[0][0].float().contiguous(),
-    }
     metadata = {
         **meta,
         "fixture": "specforge",
@@ -312,7 +306,7 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> 
         "aux_layer_ids": json.dumps(list(aux_layer_ids)),
         "ttt_length": str(cfg.training.ttt_length),
     }
-    return write_reference("specforge", tensors, metadata)
+    return write_reference("specforge", inputs, captured[0][0], metadata)
 
 
 def float_dtype(safetensors_file: Path) -> str:
