@@ -86,27 +86,37 @@ class Subject:
 
     @property
     def trainer_name(self) -> str | None:
+        from contracts.conventions import TRAINERS
+
         if self.trainer:
             return self.trainer
-        return {"speculators": "speculators", "specforge": "specforge"}.get(self.trainer_format)
+        return self.trainer_format if self.trainer_format in TRAINERS else None
+
+    @cached_property
+    def trainer_layers(self) -> dict | None:
+        """The aux layers the trainer trained on: its ids, where they came from, and as transformers
+        ``hidden_states`` indices (None when the trainer or the target's layer count is unknown)."""
+        from contracts.conventions import hf_indices, trainer_layer_ids
+
+        trainer = self.trainer_name
+        n = text_config(self.target.config).get("num_hidden_layers") if self.target is not None else None
+        if not trainer or not n:
+            return None
+        if self.trainer_aux_ids is not None:
+            ids, source = list(self.trainer_aux_ids), "the trainer's record"
+        else:
+            ids, source = trainer_layer_ids(trainer, self.checkpoint.config, int(n))
+        return {"name": trainer, "ids": ids, "ids_from": source, "hf_hidden_states": hf_indices(trainer, ids)}
 
     @cached_property
     def aux(self):
         """The engine's ``AuxCaptureObservation`` for this draft and target (None without a target)."""
         if self.target_path is None:
             return None
-        from contracts.conventions import hf_indices, trainer_layer_ids
         from contracts.engines.sglang.aux_capture import observe_aux_capture
 
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
-        wanted = None
-        trainer = self.trainer_name
-        n = text_config(self.target.config).get("num_hidden_layers")
-        if trainer and n:
-            ids = self.trainer_aux_ids
-            if ids is None:
-                ids, _ = trainer_layer_ids(trainer, self.checkpoint.config, int(n))
-            wanted = hf_indices(trainer, ids)
+        wanted = self.trainer_layers["hf_hidden_states"] if self.trainer_layers else None
         return observe_aux_capture(self.engine_dir, self.target_path, trainer_hf_indices=wanted)
 
     @cached_property

@@ -83,15 +83,11 @@ def check_hidden_width(subject) -> Result:
         if aux.draft_forward_error:
             ev["draft_forward_error"] = aux.draft_forward_error
 
-    trainer = subject.trainer_name
+    trained = subject.trainer_layers
     engine_layers = aux.hf_indices if aux.hf_indices else aux.layers_to_capture
-    if trainer and n and engine_layers is not None and not aux.configure_error and aux.use_aux_hidden_state:
-        from contracts.conventions import hf_indices, trainer_layer_ids
-
-        ids, source = (subject.trainer_aux_ids, "the trainer's record") if subject.trainer_aux_ids is not None \
-            else trainer_layer_ids(trainer, subject.checkpoint.config, int(n))
-        wanted = hf_indices(trainer, ids)
-        ev["trainer"] = {"name": trainer, "ids": ids, "ids_from": source, "hf_hidden_states": wanted}
+    if trained and engine_layers is not None and not aux.configure_error and aux.use_aux_hidden_state:
+        trainer, ids, wanted = trained["name"], trained["ids"], trained["hf_hidden_states"]
+        ev["trainer"] = trained
         ev["engine_hf_hidden_states"] = engine_layers
         ev["engine_hf_mapping"] = "verified against transformers" if aux.hf_indices else \
             "layer-input convention verified on the Llama target"
@@ -101,7 +97,7 @@ def check_hidden_width(subject) -> Result:
             if aux.ids_for_trainer_layers is not None:
                 fixes.append(f"write eagle_config.eagle_aux_hidden_state_layer_ids: {aux.ids_for_trainer_layers} "
                              f"(SGLang then captures hidden_states {wanted})")
-    elif not trainer:
+    elif not subject.trainer_name:
         ev["trainer"] = ("unknown (a flat config names no trainer): layer alignment not judged; pass --trainer "
                          "speculators|specforge to judge it")
 
