@@ -11,6 +11,13 @@ import math
 from dataclasses import asdict, dataclass, field
 
 
+class Observation:
+    """Base of the top-level observations an adapter returns: plain data that survives JSON."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
 class LoadCall:
     """One call the engine's ``load_weights`` made into a parameter's weight loader."""
@@ -66,7 +73,7 @@ class RenameProbe:
 
 
 @dataclass
-class LoadObservation:
+class LoadObservation(Observation):
     engine: dict  # {"name", "version"}
     draft_class: str
     config: dict  # the draft config the engine built the model from (after its own config handling)
@@ -78,9 +85,6 @@ class LoadObservation:
     device: str = "cpu"  # "cpu": values traced with a NaN sentinel; "meta": copy regions counted, no values
     hot_token_id: list | None = None  # the engine's draft->target map, exactly as it computed it
     hot_token_id_dtype: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "LoadObservation":
@@ -98,7 +102,7 @@ class LoadObservation:
 
 
 @dataclass
-class AuxCaptureObservation:
+class AuxCaptureObservation(Observation):
     """What the engine hands the draft as target hidden states (hidden-width), and how it was learned."""
 
     engine: dict
@@ -122,12 +126,9 @@ class AuxCaptureObservation:
     draft_forward_error: str | None = None
     ids_for_trainer_layers: list | None = None  # explicit ids that make the engine capture the trainer's layers
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
-class ConfigObservation:
+class ConfigObservation(Observation):
     """How the engine reads a draft config (config): dispatch, switches it honours, the rope it applies."""
 
     engine: dict
@@ -141,12 +142,9 @@ class ConfigObservation:
     probed_on: str | None = None  # the checkpoint's weights, or a scaled-down copy for real-size drafts
     rope: dict | None = None  # {"applied", "trained", "same"}
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
-class ForwardObservation:
+class ForwardObservation(Observation):
     """The engine's draft forward on a trainer's reference inputs (forward-parity)."""
 
     engine: dict
@@ -161,6 +159,3 @@ class ForwardObservation:
     tolerance: float | None = None
     tolerance_why: str | None = None
     error: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)

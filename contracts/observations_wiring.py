@@ -4,7 +4,9 @@ records, filled by an engine adapter from the engine's own code and judged by ``
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from contracts.observations import Observation
 
 
 @dataclass
@@ -22,7 +24,7 @@ class HeldTensor:
 
 
 @dataclass
-class WiringObservation:
+class WiringObservation(Observation):
     engine: dict
     wiring: str  # the engine function that ran, e.g. "EagleDraftWorker.init_lm_head"
     calls: list[str]  # the draft methods the wiring called, in order
@@ -34,9 +36,6 @@ class WiringObservation:
     head: HeldTensor
     hot_token_id_len: int | None = None  # what the worker copied from the draft after the wiring
     error: str | None = None  # what the engine's wiring raised (the tensors are then as loaded)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "WiringObservation":
