@@ -3,6 +3,8 @@ dispatch, sizes and rope come from the engine's own registry, config handling an
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import contracts.convert as convert
@@ -66,10 +68,15 @@ def test_hidden_size_differing_from_the_target(broken):
     assert "expects target hidden states of width 128 but the target's hidden_size is 64" in result.summary
 
 
+def layer_config(**changes) -> dict:
+    """The library-default speculators draft's transformer_layer_config, with ``changes``."""
+    layer = json.loads((DRAFTS["speculators-default"] / "config.json").read_text())["transformer_layer_config"]
+    return {**layer, **changes}
+
+
 def test_shorter_context_is_a_warning_not_a_failure(broken):
-    result = judge(broken("speculators-default", config={"transformer_layer_config": {
-        **__import__("json").loads((DRAFTS["speculators-default"] / "config.json").read_text())["transformer_layer_config"],
-        "max_position_embeddings": 1024}}))
+    result = judge(broken("speculators-default", config={"transformer_layer_config": layer_config(
+        max_position_embeddings=1024)}))
     assert result.status == "warn"
     assert "max_position_embeddings 1024 is shorter than the target's 2048" in result.summary
 
@@ -79,10 +86,7 @@ LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hi
 
 
 def _with_llama3_rope(broken):
-    import json
-
-    layer = json.loads((DRAFTS["speculators-default"] / "config.json").read_text())["transformer_layer_config"]
-    return broken("speculators-default", config={"transformer_layer_config": {**layer, "rope_parameters": LLAMA3_ROPE}})
+    return broken("speculators-default", config={"transformer_layer_config": layer_config(rope_parameters=LLAMA3_ROPE)})
 
 
 def test_rope_scaling_survives_our_conversion(broken):
