@@ -6,7 +6,8 @@ embeddings; a target class that does not capture the aux layers hands over one l
 through SGLang: resolve the draft's aux-layer config as the scheduler does
 (``resolve_spec_aux_hidden_state_config``), build a tiny instance of the target's *own architecture class*
 (from a scaled-down copy of its config, or the target itself when it is tiny), wire capture with
-``configure_aux_hidden_state_capture``, run the target forward on CPU and measure the width, then run the
+``configure_aux_hidden_state_capture`` (releases that do both inline in ``ModelRunner``, e.g. 0.5.9: those
+statements of the engine's own source, see ``compat.run_model_runner_statement``), run the target forward on CPU and measure the width, then run the
 draft forward on it and record whether ``fc`` ran. Where an architecture cannot be built or run on a
 CPU, the evidence falls back to the engine's model registry (does the class implement the hook).
 """
@@ -17,9 +18,11 @@ import inspect
 import json
 import shutil
 import tempfile
+import types
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
+from contracts.engines.sglang.compat import ast_is_attribute, has_module, mentions, run_model_runner_statement
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward, init_random, target_forward, uses_latent_attention
 from contracts.observations import AuxCaptureObservation
@@ -74,11 +77,14 @@ def scale_draft(cfg: dict, target_hidden: int, vocab: int) -> dict:
 
 def _resolve_aux_config(draft_dir: Path, target_mc):
     """The engine's own reading of the draft's eagle_config (use_aux_hidden_state, layer ids)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    if not has_module("sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"):
+        return _resolve_aux_config_in_model_runner(draft_dir, SpeculativeAlgorithm.from_string("EAGLE3"))
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
         resolve_spec_aux_hidden_state_config,
     )
     from sglang.srt.runtime_context import get_context
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     override = get_context().override_server_args(speculative_algorithm="EAGLE3",
                                                    speculative_draft_model_path=str(draft_dir))
@@ -89,6 +95,44 @@ def _resolve_aux_config(draft_dir: Path, target_mc):
     finally:
         override.restore()
     return bool(cfg.eagle_use_aux_hidden_state), cfg.eagle_aux_hidden_state_layer_ids
+
+
+def _resolve_aux_config_in_model_runner(draft_dir: Path, eagle3):
+    """Releases that read the draft's eagle_config inline in ``ModelRunner.__init__`` (0.5.9): that statement,
+    run on a stand-in runner of the target with ``--speculative-draft-model-path`` set to the draft."""
+    import copy
+
+    from sglang.srt.server_args import get_global_server_args
+
+    server_args = copy.copy(get_global_server_args())
+    server_args.speculative_algorithm = "EAGLE3"
+    server_args.speculative_draft_model_path = str(draft_dir)
+    runner = types.SimpleNamespace(spec_algorithm=eagle3, is_draft_worker=False, eagle_use_aux_hidden_state=False)
+    run_model_runner_statement(
+        lambda node: mentions(node.test, "is_eagle3", "is_draft_worker")
+        and mentions(node, "eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state"),
+        {"self": runner, "server_args": server_args})
+    return bool(runner.eagle_use_aux_hidden_state), getattr(runner, "eagle_aux_hidden_state_layer_ids", None)
+
+
+def _configure_capture(model, use_aux: bool, ids) -> None:
+    """The engine's own call that wires the target's aux capture (raises what the engine raises)."""
+    if has_module("sglang.srt.model_executor.model_runner_components.attention_backend_setup"):
+        from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
+            configure_aux_hidden_state_capture,
+        )
+
+        configure_aux_hidden_state_capture(model=model, eagle_use_aux_hidden_state=use_aux,
+                                           eagle_aux_hidden_state_layer_ids=ids, dflash_use_aux_hidden_state=False,
+                                           dflash_target_layer_ids=None, is_dspark=False)
+        return
+    # 0.5.9: inline in ModelRunner.initialize, `if self.eagle_use_aux_hidden_state: self.model.set_eagle3_...(ids)`
+    runner = types.SimpleNamespace(model=model, eagle_use_aux_hidden_state=use_aux,
+                                   eagle_aux_hidden_state_layer_ids=ids)
+    run_model_runner_statement(
+        lambda node: ast_is_attribute(node.test, "eagle_use_aux_hidden_state")
+        and mentions(node, "set_eagle3_layers_to_capture(self.eagle_aux_hidden_state_layer_ids)"),
+        {"self": runner})
 
 
 def _capture_owner(model):
@@ -156,9 +200,6 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
 
     ensure_context()
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
-        configure_aux_hidden_state_capture,
-    )
     from sglang.srt.models.registry import ModelRegistry
 
     draft_dir, target_dir = Path(draft_dir), Path(target_dir)
@@ -213,11 +254,8 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
                 finish()
         obs.use_aux_hidden_state, obs.aux_layer_ids = _resolve_aux_config(tiny_draft, target_mc)
         try:
-            configure_aux_hidden_state_capture(model=model, eagle_use_aux_hidden_state=obs.use_aux_hidden_state,
-                                               eagle_aux_hidden_state_layer_ids=obs.aux_layer_ids,
-                                               dflash_use_aux_hidden_state=False, dflash_target_layer_ids=None,
-                                               is_dspark=False)
-        except Exception as e:  # 0.5.23: a target without the hook refuses to start
+            _configure_capture(model, obs.use_aux_hidden_state, obs.aux_layer_ids)
+        except Exception as e:  # a target without the hook refuses to start (0.5.23 ValueError, 0.5.9 AttributeError)
             obs.configure_error = f"{type(e).__name__}: {e}"
         owner = _capture_owner(model)
         obs.layers_to_capture = list(owner.layers_to_capture) if owner is not None else None

@@ -80,8 +80,10 @@ def _outputs(mc, ckpt: Checkpoint | None, overrides: dict, inputs):
 
 
 def _rotary(model):
-    layer = model.model.layers[0]
-    return getattr(layer.self_attn, "rotary_emb", None)
+    """The draft layer's rotary embedding (``model.layers[0]`` on 0.5.23, ``model.midlayer`` on 0.5.9)."""
+    inner = model.model
+    layer = inner.layers[0] if hasattr(inner, "layers") else getattr(inner, "midlayer", None)
+    return getattr(getattr(layer, "self_attn", None), "rotary_emb", None)
 
 
 def compare_rope(model, trainer_cfg: dict) -> dict:

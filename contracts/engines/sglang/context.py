@@ -42,10 +42,7 @@ def ensure_context() -> None:
 
         shims.install()
         import torch
-        from sglang.srt.distributed import parallel_state
-        from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
-        from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish, reset_context
-        from sglang.srt.server_args import ServerArgs
+        from sglang.srt.distributed.parallel_state import init_distributed_environment
 
         shims.select_torch_native_rotary()
         shims.run_compiled_functions_eagerly()
@@ -55,14 +52,36 @@ def ensure_context() -> None:
                 world_size=1, rank=0, local_rank=0, backend="gloo",
                 distributed_init_method=f"tcp://127.0.0.1:{_free_loopback_port()}",
             )
-        reset_context()
-        # device="cpu": the truth here; SGLang's layers that ask the published device (e.g. DeepSeek's
-        # MLA rope, via get_rope_wrapper) then take their own CPU code path instead of probing for a GPU.
-        publish(ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1, device="cpu"), role="test",
-                ranks=SpawnRanks(world_rank=0))
-        get_parallel().override_permanently(world_group=parallel_state._WORLD)
-        initialize_model_parallel(backend="gloo")
+        _publish_server_topology()
+        # Releases whose KV-cache modules import CUDA kernels at module level (0.5.9) get the documented
+        # sgl_kernel stand-in here, at one fixed point after SGLang's core import; 0.5.23 needs none.
+        shims.import_with_kernel_stand_in("sglang.srt.mem_cache.memory_pool_host")
         _ready = True
+
+
+def _publish_server_topology() -> None:
+    """Publish the server arguments and parallel groups the layers read, by the recipe of this release.
+
+    device="cpu" is the truth here: SGLang's layers that ask the published device (e.g. DeepSeek's MLA
+    rope, via get_rope_wrapper) then take their own CPU code path instead of probing for a GPU.
+    """
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.distributed.parallel_state import initialize_model_parallel
+    from sglang.srt.server_args import ServerArgs
+
+    args = ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1, device="cpu")
+    try:  # the process-wide runtime context (0.5.23; 0.5.17/0.5.20 lack SpawnRanks and are not supported)
+        from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish, reset_context
+    except ImportError:  # a global ServerArgs, set by the scheduler (the 0.5.x releases before it)
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+        set_global_server_args_for_scheduler(args)
+        initialize_model_parallel(backend="gloo")
+        return
+    reset_context()
+    publish(args, role="test", ranks=SpawnRanks(world_rank=0))
+    get_parallel().override_permanently(world_group=parallel_state._WORLD)
+    initialize_model_parallel(backend="gloo")
 
 
 def engine_version() -> str:

@@ -17,6 +17,8 @@ def _pools(text, dtype, tokens: int):
     (MLA) pool for multi-head latent attention (``kv_lora_rank`` set, as DeepSeek-V2/V3 and Kimi), else MHA."""
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool, ReqToTokenPool
 
+    from contracts.engines.sglang.compat import supported
+
     req = ReqToTokenPool(size=1, max_context_len=tokens + 8, device="cpu", enable_memory_saver=False)
     layers = int(text.num_hidden_layers)
     if getattr(text, "kv_lora_rank", None):
@@ -28,7 +30,7 @@ def _pools(text, dtype, tokens: int):
     kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     kv = MHATokenToKVPool(size=tokens + 8, page_size=PAGE, dtype=dtype, head_num=int(kv_heads),
                           head_dim=int(head_dim), layer_num=layers, device="cpu", enable_memory_saver=False,
-                          enable_alt_stream=False, v_head_dim=None)
+                          **supported(MHATokenToKVPool, enable_alt_stream=False, v_head_dim=None))
     return req, kv
 
 
@@ -39,27 +41,32 @@ def uses_latent_attention(hf_config) -> bool:
 
 
 def _one_request(hf_config, dtype, n: int):
-    """SGLang's pools and torch-native attention backend for one request of ``n`` tokens, and its KV slots."""
+    """SGLang's pools and torch-native attention backend for one request of ``n`` tokens (as ``.req``,
+    ``.kv``, ``.backend``), and its KV slots."""
     import torch
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
     text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     req, kv = _pools(text, dtype, n)
-    backend = TorchNativeAttnBackend(types.SimpleNamespace(device="cpu", req_to_token_pool=req, token_to_kv_pool=kv))
+    runner = types.SimpleNamespace(device="cpu", req_to_token_pool=req, token_to_kv_pool=kv)
+    backend = TorchNativeAttnBackend(runner)
     locs = torch.arange(PAGE, PAGE + n, dtype=torch.int64)
     req.req_to_token[0, :n] = locs.to(req.req_to_token.dtype)
-    return backend, locs
+    return types.SimpleNamespace(backend=backend, req=req, kv=kv), locs
 
 
-def _run(model, backend, batch, input_ids):
+def _run(model, attn, batch, input_ids):
     import torch
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+    from contracts.engines.sglang.compat import attention_context
 
     batch.capture_hidden_mode = CaptureHiddenMode.FULL
-    batch.attn_backend = backend
-    backend.init_forward_metadata(batch)
-    with torch.no_grad(), forward_context(ForwardContext(attn_backend=backend)):
+    batch.attn_backend = attn.backend
+    # the pools the backend writes K/V into: 0.5.9's torch-native backend reads them from the batch
+    batch.req_to_token_pool, batch.token_to_kv_pool = attn.req, attn.kv
+    attn.backend.init_forward_metadata(batch)
+    with torch.no_grad(), attention_context(attn.backend):
         return model(input_ids, batch.positions, batch)
 
 
@@ -73,7 +80,7 @@ def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=Non
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     n = int(input_ids.shape[0])
-    backend, locs = _one_request(hf_config, dtype, n)
+    attn, locs = _one_request(hf_config, dtype, n)
     seq = torch.tensor([n], dtype=torch.int32)
     batch = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=1, input_ids=input_ids,
                          req_pool_indices=torch.tensor([0]), seq_lens=seq, seq_lens_cpu=seq.clone(),
@@ -86,7 +93,7 @@ def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=Non
     if spec_hidden_states is not None:
         # The EAGLE worker hands the draft the target's (aux) hidden states through spec_info.hidden_states.
         batch.spec_info = types.SimpleNamespace(hidden_states=spec_hidden_states)
-    return _run(model, backend, batch, input_ids)
+    return _run(model, attn, batch, input_ids)
 
 
 def decode_forward(model, hf_config, dtype, input_ids):
@@ -104,7 +111,7 @@ def decode_forward(model, hf_config, dtype, input_ids):
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     n = int(input_ids.shape[0])
-    backend, locs = _one_request(hf_config, dtype, n)
+    attn, locs = _one_request(hf_config, dtype, n)
     hidden, logits, out = [], [], None
     for i in range(n):
         seq = torch.tensor([i + 1], dtype=torch.int32)
@@ -112,7 +119,7 @@ def decode_forward(model, hf_config, dtype, input_ids):
         batch = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=1, input_ids=ids,
                              req_pool_indices=torch.tensor([0]), seq_lens=seq, seq_lens_cpu=seq.clone(),
                              out_cache_loc=locs[i:i + 1], seq_lens_sum=i + 1, positions=torch.tensor([i]))
-        out = _run(model, backend, batch, ids)
+        out = _run(model, attn, batch, ids)
         hidden.append(out.hidden_states)
         logits.append(out.next_token_logits)
     out.hidden_states = None if hidden[0] is None else torch.cat(hidden)

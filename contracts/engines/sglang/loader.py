@@ -12,10 +12,12 @@ the sentinel was never written.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
+from contracts.engines.sglang.compat import accepts, meta_build_isolated
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
 from contracts.renames import candidate_names, config_switches
@@ -46,9 +48,11 @@ def model_config(engine_dir: Path, dtype: str = "auto"):
     ensure_context()
     from sglang.srt.configs.model_config import ModelConfig
 
+    # Releases that take the speculative algorithm (0.5.23) read EAGLE-3 specifics from it; older ones
+    # (0.5.9) infer them from the draft config.
+    spec = {"speculative_algorithm": "EAGLE3"} if accepts(ModelConfig, "speculative_algorithm") else {}
     try:
-        return ModelConfig(str(engine_dir), is_draft_model=True, speculative_algorithm="EAGLE3",
-                           trust_remote_code=False, dtype=dtype)
+        return ModelConfig(str(engine_dir), is_draft_model=True, trust_remote_code=False, dtype=dtype, **spec)
     except Exception as e:  # the engine's own refusal is the observation
         raise EngineBuildError(f"SGLang's ModelConfig rejected the draft config: {type(e).__name__}: {e}") from None
 
@@ -65,8 +69,9 @@ def build_model(mc, overrides: dict | None = None, device: str = "cpu"):
         mc.hf_config = copy.deepcopy(mc.hf_config)
         for k, v in overrides.items():
             setattr(mc.hf_config, k, v)
+    isolated = meta_build_isolated() if device == "meta" else contextlib.nullcontext()
     try:
-        with set_default_torch_dtype(mc.dtype), torch.device(device):
+        with isolated, set_default_torch_dtype(mc.dtype), torch.device(device):
             return _initialize_model(mc, LoadConfig())
     except Exception as e:
         raise EngineBuildError(f"SGLang could not build the model: {type(e).__name__}: {e}") from None

@@ -5,6 +5,7 @@ unaffected. Installed once per process by ``install()`` before SGLang is importe
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -37,19 +38,14 @@ class _StandInModule(types.ModuleType):
         return _Unavailable(f"{self.__name__}.{attr}")
 
 
-class _TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Replaces: ``torchvision`` (every submodule).
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves a stand-in module (and every submodule) for each top-level name in ``names``."""
 
-    Why: SGLang imports torchvision at module level (``srt/multimodal/internvl_utils.py``, reached from
-    ``srt/configs/__init__``), but nothing on the EAGLE-3 path (config, draft model, load_weights,
-    worker wiring, draft forward) calls it. PyPI's torchvision beside the CPU torch 2.13.0 fails to import
-    (``operator torchvision::nms does not exist``) and installing a matching one swaps torch for a CUDA
-    build (FIELD-NOTES §1). Any real use raises ``RuntimeError`` naming the stand-in, so a path that
-    starts needing torchvision fails loudly instead of silently.
-    """
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname == "torchvision" or fullname.startswith("torchvision."):
+        if fullname.split(".")[0] in self.names:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -61,6 +57,40 @@ class _TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         pass
+
+
+# Replaces: ``torchvision`` (every submodule).
+# Why: SGLang imports torchvision at module level (``srt/multimodal/internvl_utils.py``, reached from
+# ``srt/configs/__init__``), but nothing on the EAGLE-3 path (config, draft model, load_weights, worker
+# wiring, draft forward) calls it. PyPI's torchvision beside the CPU torch 2.13.0 fails to import
+# (``operator torchvision::nms does not exist``) and installing a matching one swaps torch for a CUDA build
+# (FIELD-NOTES §1). Any real use raises ``RuntimeError`` naming the stand-in, so a path that starts needing
+# torchvision fails loudly instead of silently.
+_TORCHVISION = _StandInFinder(("torchvision",))
+
+# Replaces: ``sgl_kernel`` (SGLang's CUDA kernel package), only on releases whose KV-cache modules import it at
+# module level, and only once that import has failed (0.5.9: ``mem_cache/memory_pool_host`` imports
+# ``sgl_kernel.kvcacheio``, the host KV-cache copy kernels of hierarchical caching; it is reached from
+# ``model_runner``, ``radix_cache`` and ``eagle_worker_v2``). Installed by ``context.ensure_context`` after
+# SGLang's core import, so the modules that probe for sgl_kernel to pick a kernel (``utils.common``,
+# ``quantization.fp8_kernel``) have already seen the truth. Why the checked path is unaffected: nothing here
+# uses a host KV cache (the wiring runs ``EagleDraftWorker.init_lm_head`` on a stand-in worker; forwards use
+# the device pools and the torch-native backend); any call into a stand-in raises ``RuntimeError``.
+# 0.5.23 imports nothing from it on these paths and never gets it.
+_SGL_KERNEL = _StandInFinder(("sgl_kernel",))
+
+
+def import_with_kernel_stand_in(module: str):
+    """Import ``module``; if it fails only because ``sgl_kernel`` is absent, stand it in and import again."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.split(".")[0] != "sgl_kernel" or _SGL_KERNEL in sys.meta_path:
+            raise
+    sys.meta_path.append(_SGL_KERNEL)  # (a failed import leaves no half-made module behind)
+    return importlib.import_module(module)
 
 
 _installed = False
@@ -77,7 +107,7 @@ def install() -> None:
         from transformers.utils import import_utils
 
         import_utils.is_torchvision_available()
-        sys.meta_path.append(_TorchvisionStandIn())
+        sys.meta_path.append(_TORCHVISION)
     _installed = True
 
 
@@ -103,6 +133,32 @@ def select_torch_native_rotary() -> None:
     (``forward_native``), which computes the same rotation; measured: the draft forward then matches an
     independent pure-torch EAGLE-3 reference exactly (FIELD-NOTES §1). Weight loading is not affected.
     """
-    import sglang.srt.layers.rotary_embedding.base as rotary_base
+    try:
+        import sglang.srt.layers.rotary_embedding.base as rotary_base
+    except ImportError:  # before the rotary package was split (a single module, e.g. 0.5.9)
+        import sglang.srt.layers.rotary_embedding as rotary_base
 
     rotary_base._is_cpu = True
+
+
+@contextlib.contextmanager
+def cuda_synchronize_is_a_no_op():
+    """Replaces: ``torch.cuda.synchronize`` with a no-op, only while the engine's worker wiring runs.
+
+    Why: 0.5.9's (and 0.5.3's) ``LlamaForCausalLM.set_embed`` / ``set_embed_and_head`` end with
+    ``torch.cuda.empty_cache(); torch.cuda.synchronize()`` after swapping the parameters; on a CPU build of torch
+    the second raises ``AssertionError: Torch not compiled with CUDA enabled`` (the swap has already happened).
+    Synchronising waits for queued GPU kernels; there are none here, so which tensors the draft holds is
+    unaffected. 0.5.23's wiring does not call it.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    original = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda device=None: None
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize = original

@@ -112,8 +112,11 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
     has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
 
     from sglang.srt.configs.load_config import LoadConfig
-    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from contracts.engines.sglang.shims import cuda_synchronize_is_a_no_op, import_with_kernel_stand_in
+
+    EagleDraftWorker = import_with_kernel_stand_in("sglang.srt.speculative.eagle_worker_v2").EagleDraftWorker
 
     own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)
     calls: list[str] = []
@@ -135,10 +138,14 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
         draft_runner=types.SimpleNamespace(model=draft),
         # set by the worker's constructor from --speculative-algorithm EAGLE3
         speculative_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
+        # read by 0.5.9's init_token_map: --speculative-token-map's default (EAGLE-3 ignores it anyway)
+        server_args=types.SimpleNamespace(speculative_token_map=None),
     )
-    worker._resolve_shared_embed_and_head = types.MethodType(EagleDraftWorker._resolve_shared_embed_and_head, worker)
+    if hasattr(EagleDraftWorker, "_resolve_shared_embed_and_head"):  # 0.5.23's init_lm_head calls it; 0.5.9 has none
+        worker._resolve_shared_embed_and_head = types.MethodType(EagleDraftWorker._resolve_shared_embed_and_head,
+                                                                 worker)
     error = None
-    with torch.no_grad():
+    with torch.no_grad(), cuda_synchronize_is_a_no_op():
         try:
             EagleDraftWorker.init_token_map(worker)  # the engine's own: hot_token_id (None for EAGLE-3)
             EagleDraftWorker.init_lm_head(worker)
