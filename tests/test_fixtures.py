@@ -24,10 +24,11 @@ def test_files_match_their_manifest(name):
 def test_every_trainer_is_represented():
     trainers = {(e["trainer"], e["trainer_version"]) for e in MANIFEST.values()}
     assert {("speculators", "0.9.0"), ("specforge", "0.2.0")} <= trainers
-    assert [s.name for s in bundled_subjects()] == ["specforge", "speculators-default", "speculators-train"]
+    assert [s.name for s in bundled_subjects()] == [
+        "specforge", "speculators-default", "speculators-kimi-k25", "speculators-train"]
 
 
-@pytest.mark.parametrize("name", ["specforge", "speculators-default", "speculators-train"])
+@pytest.mark.parametrize("name", ["specforge", "speculators-default", "speculators-train", "speculators-kimi-k25"])
 def test_d2t_holds_the_selected_ids_as_offsets(name):
     """Each trainer's own mapping function built d2t from the one frequency table; d2t holds offsets."""
     entry = MANIFEST[name]

@@ -163,8 +163,14 @@ def check_embed_head(subject) -> Result:
                         f"{d['draft_vocab_size']}, so every draft token comes from a random head")
         fixes.append(f"save the trained head as `lm_head.weight` [{obs.head.shape[0]}, {d['hidden_size']}]; or, if "
                      f"the draft is meant to use the target's head, set `draft_vocab_size: null` and remove d2t/t2d")
-    if obs.error:
+    stopped = ""
+    if obs.error and obs.calls:
         problems.append(f"the engine's worker wiring raised: {obs.error}")
+    elif obs.error:
+        # A loud refusal before the draft is touched (e.g. 0.5.9's KimiK25ForConditionalGeneration has no
+        # get_embed_and_head): the server will not start; the draft holds what it loaded, judged as such.
+        stopped = (f"; the engine's wiring stopped at the target before touching the draft ({obs.error}): a "
+                   f"server would refuse to start, so the draft is judged as loaded")
 
     if problems:
         return Result(CID, FAIL, "; ".join(problems), evidence, "; ".join(dict.fromkeys(fixes)) or None)
@@ -175,7 +181,8 @@ def check_embed_head(subject) -> Result:
         note = " (the checkpoint has no embed_tokens)"
     head_note = f" (trained {h_ev['checkpoint_shape']} kept)" if ckpt_head and head_origin == "checkpoint" else ""
     skipped = "" if values else "; value checks skipped: no target weights"
-    return Result(CID, PASS, f"embedding: {embed_origin}{note}; head: {head_origin}{head_note}{skipped}", evidence)
+    return Result(CID, PASS, f"embedding: {embed_origin}{note}; head: {head_origin}{head_note}{skipped}{stopped}",
+                  evidence)
 
 
 def _without_target(subject) -> Result:

@@ -12,6 +12,11 @@ fixtures/vocab/token_freq.json):
       `SingleGPUCheckpointer.save_checkpoint` (bf16). The training loop is not run: the weights are
       the initial ones.
 
+  fixtures/drafts/speculators-kimi-k25  the failure this project was born from, replayed at tiny scale: the
+      same library build path as speculators-default (layers.0.*, offset d2t, trained head, verifier
+      embedding) with the scaled-down Kimi-K2.5 target fixtures/targets/kimi-k25-tiny as its verifier, saved
+      by `save_pretrained`. No reference forward (the Kimi target has only its vocabulary tensors).
+
 Each run also writes fixtures/references/<fixture>.safetensors for the `forward-parity` contract: the
 committed checkpoint reloaded with speculators' own loader (`Eagle3DraftModel.from_pretrained`, so the
 bf16 train fixture is computed from exactly its bf16 weights), float32, `sdpa` attention (the library's
@@ -173,6 +178,50 @@ def build_default(scratch: Path) -> dict:
     )
 
 
+KIMI_VERIFIER = "fixtures/targets/kimi-k25-tiny"
+
+
+def build_kimi(scratch: Path) -> dict:
+    """speculators-default's build with the Kimi-K2.5-shaped verifier (the draft layer stays Llama-shaped)."""
+    import torch
+    import transformers
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+
+    torch.manual_seed(SEED)
+    d2t, t2d = build_vocab_mappings_from_distribution(
+        token_freq_dict=token_frequencies(), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB,
+    )
+    layer_config = transformers.LlamaConfig(**{**TARGET_GEOMETRY, "num_hidden_layers": 1})
+    defaults = Eagle3SpeculatorConfig.model_fields
+    model = Eagle3DraftModel.from_training_args(
+        verifier_config=layer_config, t2d=t2d, d2t=d2t, verifier_name_or_path=KIMI_VERIFIER,
+        draft_vocab_size=DRAFT_VOCAB, norm_before_residual=defaults["norm_before_residual"].default,
+        ttt_steps=GreedyTokenProposalConfig.model_fields["speculative_tokens"].default,
+    )
+    out = scratch / "kimi"
+    model.save_pretrained(out)
+    directory = DRAFTS / "speculators-kimi-k25"
+    dropped = _copy_kept(out, directory)
+    _check_no_local_paths(directory, str(scratch))
+    return _details(
+        model,
+        [
+            "speculators.train.vocab_mapping.build_vocab_mappings_from_distribution",
+            "speculators.models.eagle3.core.Eagle3DraftModel.from_training_args",
+            "speculators.models.utils.resolve_target_layer_ids",
+            "speculators.config.VerifierConfig.from_pretrained",
+            "speculators.models.eagle3.core.Eagle3DraftModel.load_verifier_weights",
+            "transformers.PreTrainedModel.save_pretrained",
+        ],
+        dropped,
+        dtype="float32",
+        build="as speculators-default, verifier fixtures/targets/kimi-k25-tiny (KimiK25ForConditionalGeneration)",
+        target="target-kimi-k25-tiny",
+    )
+
+
 def build_train(scratch: Path) -> dict:
     """`speculators train`'s defaults and model build, written by its trainer's checkpoint writer."""
     import torch
@@ -327,9 +376,11 @@ def main() -> None:
     DRAFTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="speculators-fixtures-") as tmp:
         scratch = Path(tmp)
-        for name, build in (("speculators-default", build_default), ("speculators-train", build_train)):
+        for name, build in (("speculators-default", build_default), ("speculators-train", build_train),
+                            ("speculators-kimi-k25", build_kimi)):
             details = build(scratch)
-            details["reference"] = reference(name, speculators_version)
+            if name != "speculators-kimi-k25":
+                details["reference"] = reference(name, speculators_version)
             entry = record_fixture(
                 name, DRAFTS / name, trainer="speculators", trainer_version=speculators_version,
                 command=COMMAND, **details,

@@ -221,7 +221,10 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         return obs
 
     n_params = sum(t.numel for t in target.tensors.values())
-    own_weights = bool(target.tensors) and n_params <= SMALL_TARGET_PARAMS
+    # the target's own weights only when they are small and hold its decoder layers (a target dir may carry only
+    # its vocabulary tensors, e.g. fixtures/targets/kimi-k25-tiny: then it is a config with random weights)
+    own_weights = (n_params <= SMALL_TARGET_PARAMS and any(".layers." in k or k.startswith("layers.")
+                                                           for k in target.tensors))
     tmp = Path(tempfile.mkdtemp(prefix="eagle3-contracts-aux-"))
     try:
         if own_weights:

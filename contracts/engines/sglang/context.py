@@ -75,8 +75,16 @@ def _publish_server_topology() -> None:
     except ImportError:  # a global ServerArgs, set by the scheduler (the 0.5.x releases before it)
         from sglang.srt.server_args import set_global_server_args_for_scheduler
 
+        import types
+
+        import torch
+        from sglang.srt.layers.dp_attention import initialize_dp_attention
+
         set_global_server_args_for_scheduler(args)
         initialize_model_parallel(backend="gloo")
+        # what ModelRunner.init_torch_distributed does next (DeepSeek-family layers assert it ran); with DP
+        # attention off, the model config only sizes a gathered buffer that no one-rank forward uses
+        initialize_dp_attention(args, types.SimpleNamespace(hidden_size=1, dtype=torch.float32))
         return
     reset_context()
     publish(args, role="test", ranks=SpawnRanks(world_rank=0))

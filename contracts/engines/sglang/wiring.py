@@ -60,12 +60,20 @@ def _materialise(model, param) -> None:
             module.weight = real
 
 
+def _vocab_params(target) -> set:
+    """The target's embedding and head: the engine's own accessor (what the wiring will share), or, for a target
+    class without one (0.5.9's KimiK25ForConditionalGeneration; the wiring then raises), its parameters named so."""
+    if hasattr(target, "get_embed_and_head"):
+        return set(target.get_embed_and_head())
+    return {p for n, p in target.named_parameters() if n.endswith(TARGET_KEY_SUFFIXES)}
+
+
 def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None]:
     """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``."""
     ckpt = Checkpoint.open(target_dir, require_weights=False)
     if not ckpt.has_weights:
         return False, {}, None
-    for p in set(target.get_embed_and_head()):  # the engine's own accessor: what the wiring will share
+    for p in _vocab_params(target):
         _materialise(target, p)
     keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
     fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
