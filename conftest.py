@@ -20,6 +20,8 @@ def pytest_configure(config):
     if config.option.file_or_dir and "contracts" not in (config.option.markexpr or ""):
         return
     from contracts.bundled import bundled_subjects, expected_failures
-    from contracts.plugin import add_subjects
+    from contracts.plugin import add_subjects, engines
 
-    add_subjects(config, bundled_subjects(), expected_failures())
+    for engine in engines(config):
+        documented = expected_failures(None if engine == "sglang" else engine)
+        add_subjects(config, bundled_subjects(engine=engine), documented or {})

@@ -17,7 +17,7 @@ def manifest() -> dict:
     return json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
 
 
-def bundled_subjects() -> list:
+def bundled_subjects(engine: str = "sglang") -> list:
     """A ``Subject`` for every trainer-built draft in the manifest (with its target and the target ids the
     trainer's own vocab mapping selected), in a stable order."""
     from contracts.subject import Subject
@@ -31,13 +31,24 @@ def bundled_subjects() -> list:
         out.append(Subject(name, root / entry["path"], root / entries[entry["target"]]["path"],
                            intended_ids=entry.get("selected_target_ids"), trainer=entry["trainer"],
                            trainer_aux_ids=entry.get("aux_layer_ids"),
-                           reference_path=root / entry["reference"]["path"] if entry.get("reference") else None))
+                           reference_path=root / entry["reference"]["path"] if entry.get("reference") else None,
+                           engine=engine))
     return out
 
 
-def expected_failures() -> dict[tuple[str, str], str]:
-    """(subject, contract) -> why, for the bundled examples' known failures on the pinned engine."""
+def expected_failures(engine: str | None = None) -> dict[tuple[str, str], str] | None:
+    """(subject, contract) -> why, for the bundled examples' known failures on ``engine`` ("sglang==X"; default
+    the pinned one); None when fixtures/expected.json documents no verdicts for that release."""
     if not EXPECTED.exists():
         return {}
     doc = json.loads(EXPECTED.read_text())
-    return {(name, cid): why for name, by in doc["expected"].items() for cid, why in by.items()}
+    by_engine = doc["engines"].get(engine or doc["pinned"])
+    if by_engine is None:
+        return None
+    return {(name, cid): why for name, by in by_engine.items() for cid, why in by.items()}
+
+
+def documented_engines() -> list[str]:
+    """The releases fixtures/expected.json documents the examples' verdicts for (pinned first)."""
+    doc = json.loads(EXPECTED.read_text())
+    return [doc["pinned"], *sorted((e for e in doc["engines"] if e != doc["pinned"]), reverse=True)]

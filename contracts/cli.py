@@ -54,19 +54,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_engine(spec: str) -> None:
-    name, _, version = spec.partition("==")
-    if name != "sglang":
-        raise UsageError(f"unsupported engine {name!r} (supported: sglang)")
-    if version:
-        from importlib.metadata import PackageNotFoundError
-        from importlib.metadata import version as installed_version
+    """A usable engine spec: the SGLang installed here, or a release this suite has a recipe for."""
+    from contracts.engines import EngineSpecError, parse_spec
+    from contracts.engines.inprocess import installed_sglang
 
-        try:
-            have = installed_version("sglang")
-        except PackageNotFoundError:
-            raise UsageError("SGLang is not installed in this environment (run through `tox -e check`)") from None
-        if have != version:
-            raise UsageError(f"this environment has sglang {have}, not {version}")
+    try:
+        name, version = parse_spec(spec)
+        if version is None:
+            if installed_sglang() is None:
+                raise UsageError("SGLang is not installed in this environment: run through `tox -e check`, or "
+                                 "name a release (--engine sglang==X) to use its own cached environment")
+        elif version != installed_sglang():
+            from contracts.engines.environments import recipe_for
+
+            recipe_for(name, version)
+    except EngineSpecError as e:
+        raise UsageError(str(e)) from None
 
 
 def _guard_output(output: str | None, inputs: list[Path]) -> None:
@@ -93,13 +96,13 @@ def _run_check(args) -> int:
     if args.examples:
         from contracts.bundled import bundled_subjects
 
-        subjects = bundled_subjects()
+        subjects = bundled_subjects(engine=args.engine)
         if not subjects:
             raise UsageError("no bundled examples (fixtures/manifest.json) next to this installation")
     else:
         if not args.checkpoint:
             raise UsageError("check: give a CHECKPOINT directory (or --examples)")
-        subjects = [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer)]
+        subjects = [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer, engine=args.engine)]
     _guard_output(args.output, [s.checkpoint_path for s in subjects]
                   + [s.target_path for s in subjects if s.target_path])
     for s in subjects:  # validate every input before any engine work
@@ -128,9 +131,13 @@ def _finish_examples(reports: list[dict], args) -> int:
     from contracts.bundled import expected_failures
     from contracts.report import render
 
-    expected = expected_failures()
     surprises = []
     for rep in reports:
+        expected = expected_failures(f"{rep['engine']['name']}=={rep['engine']['version']}")
+        if expected is None:
+            surprises.append(f"{rep['name']}: no documented verdicts for {rep['engine']['name']} "
+                             f"{rep['engine']['version']} in fixtures/expected.json")
+            continue
         for r in rep["results"]:
             why = expected.get((rep["name"], r["contract"]))
             if (r["status"] == "fail") != bool(why):
@@ -159,10 +166,14 @@ def _run_convert(args) -> int:
 
 
 def main(argv=None) -> int:
+    from contracts.engines import close_all
+    from contracts.engines.environments import EnvironmentBuildError
+    from contracts.engines.remote import WorkerError
+
     try:
         args = _parser().parse_args(argv)
         return _run_check(args) if args.command == "check" else _run_convert(args)
-    except (InputError, UsageError) as e:
+    except (InputError, UsageError, EnvironmentBuildError, WorkerError) as e:
         print(f"eagle3-contracts: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -173,6 +184,8 @@ def main(argv=None) -> int:
         print(f"eagle3-contracts: internal error: {type(e).__name__}: {e} (set EAGLE3_CONTRACTS_DEBUG=1 for the "
               f"traceback and report it)", file=sys.stderr)
         return 2
+    finally:
+        close_all()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 over every subject, one test item per (contract, subject), ids like ``key-naming[specforge]``.
 
 Subjects: each ``--checkpoint`` (paired in order with ``--target``), else the bundled fixtures when the
-run asks for them (this repository's conftest does). Engine observations are gathered once per subject
-per process and shared by its contracts, so the suite is safe and cheap under pytest-xdist.
+run asks for them (this repository's conftest does), once per ``--engine`` (default: the SGLang installed
+here; ``sglang==X`` runs the engine side in that release's cached environment and the ids gain
+``@sglang==X``). Engine observations are gathered once per subject per process and shared by its contracts,
+so the suite is safe and cheap under pytest-xdist.
 """
 
 from __future__ import annotations
@@ -26,6 +28,18 @@ def pytest_addoption(parser):
                     help="speculators or specforge: the trainer of the --checkpoint at the same position")
     group.addoption("--contracts-only", default=None, metavar="IDS",
                     help="comma-separated contract ids to run (default: all)")
+    group.addoption("--engine", action="append", default=[], metavar="SPEC", dest="contracts_engine",
+                    help="engine under test: sglang (installed here) or sglang==X (its own cached environment); "
+                         "repeatable: every subject is judged on each")
+
+
+def engines(config) -> list[str]:
+    """The engine specs of this run (``--engine``, default the SGLang installed here)."""
+    return config.getoption("contracts_engine") or ["sglang"]
+
+
+def _named(name: str, engine: str) -> str:
+    return name if engine == "sglang" else f"{name}@{engine}"
 
 
 def pytest_configure(config):
@@ -33,25 +47,37 @@ def pytest_configure(config):
     checkpoints, targets = config.getoption("checkpoint"), config.getoption("target")
     if len(targets) > len(checkpoints):
         raise pytest.UsageError("--target given without a matching --checkpoint")
+    from contracts.engines import EngineSpecError, parse_spec
     from contracts.subject import Subject
 
+    for spec in engines(config):
+        try:
+            parse_spec(spec)
+        except EngineSpecError as e:
+            raise pytest.UsageError(str(e)) from None
     subjects = []
-    for i, ckpt in enumerate(checkpoints):
-        base = ckpt.rstrip("/").split("/")[-1]
-        trainers = config.getoption("trainer")
-        subjects.append(Subject(f"{i}-{base}" if len(checkpoints) > 1 else base, ckpt,
-                                targets[i] if i < len(targets) else None,
-                                trainer=trainers[i] if i < len(trainers) else None))
+    for engine in engines(config):
+        for i, ckpt in enumerate(checkpoints):
+            base = ckpt.rstrip("/").split("/")[-1]
+            trainers = config.getoption("trainer")
+            subjects.append(Subject(_named(f"{i}-{base}" if len(checkpoints) > 1 else base, engine), ckpt,
+                                    targets[i] if i < len(targets) else None,
+                                    trainer=trainers[i] if i < len(trainers) else None, engine=engine))
     config.stash.setdefault(_SUBJECTS_KEY, [])[:0] = subjects
 
 
 def add_subjects(config, subjects, expected_failures: dict | None = None) -> None:
     """Add ``Subject``s unless the user named checkpoints on the command line. ``expected_failures`` maps
-    (subject name, contract id) to the reason a contract is known to fail there: those items are marked
-    xfail(strict=True), so both a fix and a new break are noticed."""
+    (subject name, contract id) to the reason a contract is known to fail there (on the subjects' engine):
+    those items are marked xfail(strict=True), so both a fix and a new break are noticed."""
     if not config.getoption("checkpoint"):
+        expected = {}
+        for s in subjects:
+            name = _named(s.name, s.engine)
+            expected.update({(name, cid): why for (n, cid), why in (expected_failures or {}).items() if n == s.name})
+            s.name = name
         config.stash.setdefault(_SUBJECTS_KEY, []).extend(subjects)
-        config.stash.setdefault(_EXPECTED_KEY, {}).update(expected_failures or {})
+        config.stash.setdefault(_EXPECTED_KEY, {}).update(expected)
 
 
 class ContractFailed(Exception):
@@ -128,5 +154,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_unconfigure(config):
+    from contracts.engines import close_all
+
     for subject in config.stash.get(_SUBJECTS_KEY, []):
         subject.close()
+    close_all()

@@ -36,7 +36,7 @@ class Subject:
     trainer: str | None = None  # the library that trained it, when known (else inferred from the format)
     trainer_aux_ids: list[int] | None = None  # the aux layer ids it trained on, in the trainer's convention
     reference_path: Path | None = None  # the trainer's own reference forward (inputs + step-0 logits), if any
-    engine: str = "sglang"
+    engine: str = "sglang"  # the engine under test: "sglang" (installed here) or "sglang==X" (its own environment)
 
     def __post_init__(self):
         self.checkpoint_path = Path(self.checkpoint_path)
@@ -68,11 +68,18 @@ class Subject:
         return convert_to_sglang(self.checkpoint_path, Path(self._tmp) / "sglang")
 
     @cached_property
+    def adapter(self):
+        """The ``contracts.engines.Engine`` that makes this subject's observations."""
+        from contracts.engines import engine_for
+
+        return engine_for(self.engine)
+
+    @cached_property
     def _load(self):
-        from contracts.engines.sglang import EngineBuildError, observe_load
+        from contracts.engines.sglang import EngineBuildError
 
         try:
-            return observe_load(self.engine_dir), None
+            return self.adapter.load(self.engine_dir), None
         except EngineBuildError as e:
             return None, str(e)
 
@@ -113,11 +120,9 @@ class Subject:
         """The engine's ``AuxCaptureObservation`` for this draft and target (None without a target)."""
         if self.target_path is None:
             return None
-        from contracts.engines.sglang.aux_capture import observe_aux_capture
-
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
         wanted = self.trainer_layers["hf_hidden_states"] if self.trainer_layers else None
-        return observe_aux_capture(self.engine_dir, self.target_path, trainer_hf_indices=wanted)
+        return self.adapter.aux(self.engine_dir, self.target_path, wanted)
 
     @cached_property
     def config_obs(self):
@@ -125,12 +130,11 @@ class Subject:
         import json
 
         from contracts.checks.config import switches_in, trained_config
-        from contracts.engines.sglang.config_probe import observe_config
 
         flat = json.loads((self.engine_dir / "config.json").read_text())
         original = self.checkpoint.config
-        return observe_config(self.engine_dir, trained_config(original), switches_in(flat, original),
-                              self.target.config if self.target is not None else None)
+        return self.adapter.config(self.engine_dir, trained_config(original), switches_in(flat, original),
+                                   self.target.config if self.target is not None else None)
 
     def ignored_switches(self) -> list[str]:
         """Switches the checkpoint sets to true that the engine ignores (from the config observation)."""
@@ -139,23 +143,19 @@ class Subject:
     @cached_property
     def forward(self):
         """The engine's ``ForwardObservation`` replaying the trainer's reference (needs reference and target)."""
-        from contracts.engines.sglang.draft_forward import observe_forward
-
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
-        return observe_forward(self.engine_dir, self.target_path, self.reference_path)
+        return self.adapter.forward(self.engine_dir, self.target_path, self.reference_path)
 
     def engine_info(self) -> dict:
-        from contracts.engines.sglang.context import engine_version
-
-        return {"name": self.engine, "version": engine_version()}
+        return self.adapter.info()
 
     @cached_property
     def _embed_head(self):
         from contracts.engines.sglang import EngineBuildError
-        from contracts.engines.sglang.wiring import TargetBuildError, observe_embed_head
+        from contracts.engines.sglang.wiring import TargetBuildError
 
         try:
-            return observe_embed_head(self.engine_dir, self.target_path), None
+            return self.adapter.embed_head(self.engine_dir, self.target_path), None
         except TargetBuildError as e:
             return None, TargetRefused(str(e))
         except EngineBuildError as e:

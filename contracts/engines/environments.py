@@ -1,0 +1,116 @@
+"""A cached environment per SGLang release, made from this project's recipe for that release.
+
+A recipe (``contracts/engines/sglang/recipes/sglang-<first>.txt``) pins the light dependencies of the
+release's EAGLE-3 path on a CPU (SGLang's declared dependencies are CUDA stacks, so SGLang itself goes in
+with ``--no-deps``) and keeps ``torch==2.13.0``, the CPU wheel; the shims and API differences the release
+needs live in ``contracts.engines.sglang`` (``shims.py``, ``compat.py``). ``RECIPES`` lists the releases each
+recipe was measured on; any other release is refused with the list, never guessed.
+
+Environments live in ``$EAGLE3_CONTRACTS_ENVS`` (default ``~/.cache/eagle3-contracts/envs``), one directory
+per release and recipe content; building one takes a minute or two and happens once (a file lock keeps
+parallel test workers from building the same one twice).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from contracts.engines import EngineSpecError
+
+RECIPE_DIR = Path(__file__).resolve().parent / "sglang" / "recipes"
+
+# (first, last, recipe): the releases each recipe is measured on (contract suite run, see the recipe's header).
+RECIPES = (
+    ("0.5.9", "0.5.9", "sglang-0.5.9.txt"),
+    ("0.5.23", "0.5.23", "sglang-0.5.23.txt"),
+)
+
+
+class EnvironmentBuildError(RuntimeError):
+    """pip could not make the environment (the message ends with pip's last line)."""
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in version.replace(".post", ".").split("."))
+
+
+def recipe_for(name: str, version: str) -> Path:
+    for first, last, recipe in RECIPES:
+        if _key(first) <= _key(version) <= _key(last):
+            return RECIPE_DIR / recipe
+    measured = ", ".join(first if first == last else f"{first}..{last}" for first, last, _ in RECIPES)
+    raise EngineSpecError(f"no recipe for {name}=={version} (measured releases: {measured}; a new one is a file "
+                          f"in contracts/engines/sglang/recipes/ plus a line in contracts.engines.environments.RECIPES)")
+
+
+def measured_releases() -> list[str]:
+    return [first for first, last, _ in RECIPES if first == last]
+
+
+def envs_root() -> Path:
+    return Path(os.environ.get("EAGLE3_CONTRACTS_ENVS") or Path.home() / ".cache" / "eagle3-contracts" / "envs")
+
+
+def environment_for(name: str, version: str) -> Path:
+    """The Python interpreter of the cached environment for ``name==version`` (built first if missing)."""
+    recipe = recipe_for(name, version)
+    digest = hashlib.sha256(recipe.read_bytes() + sys.version.encode()).hexdigest()[:10]
+    root = envs_root()
+    root.mkdir(parents=True, exist_ok=True)
+    env = root / f"{name}-{version}-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
+    python = env / "bin" / "python"
+    with open(root / f"{env.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (env / "ready").is_file():
+            return python
+        _build(env, recipe, name, version)
+    return python
+
+
+def _build(env: Path, recipe: Path, name: str, version: str) -> None:
+    partial = env.with_name(env.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    log = env.with_name(env.name + ".log")
+    print(f"eagle3-contracts: making the {name}=={version} environment once (cached in {env}; log {log})",
+          file=sys.stderr, flush=True)
+    steps = [
+        [sys.executable, "-m", "venv", str(partial)],
+        [str(partial / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "-r", str(recipe)],
+        [str(partial / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-deps", f"{name}=={version}"],
+    ]
+    with open(log, "w") as out:
+        for step in steps:
+            out.write("$ " + " ".join(step) + "\n")
+            out.flush()
+            done = subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, check=False)
+            if done.returncode:
+                out.flush()
+                last = (log.read_text().strip().splitlines() or ["?"])[-1]
+                shutil.rmtree(partial, ignore_errors=True)
+                raise EnvironmentBuildError(f"could not make the {name}=={version} environment ({last}); see {log}")
+    # venv scripts name their own path: build in place of the final directory, not by moving it
+    if env.exists():
+        shutil.rmtree(env)
+    partial.rename(env)
+    _fix_venv_paths(env, partial)
+    (env / "ready").write_text(f"{name}=={version}\n{recipe.name}\n")
+
+
+def _fix_venv_paths(env: Path, built_at: Path) -> None:
+    """A venv's pyvenv.cfg and scripts name the directory it was made in; point them at where it now lives."""
+    for path in [env / "pyvenv.cfg", *(env / "bin").iterdir()]:
+        if path.is_file() and not path.is_symlink():
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            if str(built_at) in text:
+                path.write_text(text.replace(str(built_at), str(env)))

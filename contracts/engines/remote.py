@@ -1,0 +1,135 @@
+"""``WorkerEngine``: another SGLang release, driven through an engine worker (``contracts.engines.worker``) in
+that release's own environment. Observations come back as JSON and are decoded into the same types the
+in-process engine returns, so the checks cannot tell (and need not know) where they were made.
+
+One worker per release per process, started on first use and kept for every subject after it (the start-up,
+importing SGLang, is paid once per release, not per checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import contracts
+from contracts.observations import AuxCaptureObservation, ConfigObservation, ForwardObservation, LoadObservation
+from contracts.observations_wiring import WiringObservation
+
+DECODE = {
+    "load": LoadObservation.from_dict,
+    "aux": lambda d: AuxCaptureObservation(**d),
+    "config": lambda d: ConfigObservation(**d),
+    "embed_head": WiringObservation.from_dict,
+    "forward": lambda d: ForwardObservation(**d),
+}
+
+
+def _abs(path) -> str | None:
+    """Paths as the worker (another working directory) must see them."""
+    return None if path is None else str(Path(path).resolve())
+
+
+class WorkerError(RuntimeError):
+    """The worker died or answered something that is not the protocol (a bug or a broken environment)."""
+
+
+class WorkerEngine:
+    def __init__(self, spec: str, python: Path):
+        self.spec = spec
+        self.python = Path(python)
+        self._proc: subprocess.Popen | None = None
+        self._info: dict | None = None
+        self._next = 0
+        self._scratch: str | None = None
+
+    # --- the Engine seam ---------------------------------------------------------------------------------
+    def info(self) -> dict:
+        self._start()
+        return dict(self._info)
+
+    def load(self, engine_dir):
+        return self._call("load", engine_dir=_abs(engine_dir))
+
+    def aux(self, engine_dir, target_dir, trainer_hf_indices):
+        return self._call("aux", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir),
+                          trainer_hf_indices=trainer_hf_indices)
+
+    def config(self, engine_dir, trained_config, switches, target_config):
+        return self._call("config", engine_dir=_abs(engine_dir), trained_config=trained_config, switches=switches,
+                          target_config=target_config)
+
+    def embed_head(self, engine_dir, target_dir):
+        return self._call("embed_head", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir))
+
+    def forward(self, engine_dir, target_dir, reference_path):
+        return self._call("forward", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir),
+                          reference_path=_abs(reference_path))
+
+    # --- the worker ----------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._proc is not None:
+            return
+        # Only this package goes on the worker's path (a link to it in a private directory): never the
+        # directory it is installed in, whose other packages belong to this environment, not the worker's.
+        self._scratch = tempfile.mkdtemp(prefix="eagle3-contracts-worker-")
+        os.symlink(Path(contracts.__file__).resolve().parent, Path(self._scratch) / "contracts")
+        self._log = open(Path(self._scratch) / "stderr.log", "w+")  # noqa: SIM115  (kept for the worker's life)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        env.update(PYTHONPATH=self._scratch, PYTHONNOUSERSITE="1")
+        self._proc = subprocess.Popen([str(self.python), "-m", "contracts.engines.worker"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+                                      cwd=self._scratch)
+        first = self._read()
+        if "ready" not in first:
+            raise WorkerError(f"{self.spec} worker did not start: {first.get('error', first)}")
+        self._info = first["ready"]
+
+    def _read(self) -> dict:
+        line = self._proc.stdout.readline()
+        if not line:
+            self._log.flush()
+            self._log.seek(0)
+            tail = self._log.read()[-1500:].strip().splitlines()[-1:] or ["(no output)"]
+            code = self._proc.poll()
+            raise WorkerError(f"{self.spec} worker exited ({code}): {tail[0]}")
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            raise WorkerError(f"{self.spec} worker broke the protocol: {line[:200]!r}") from None
+
+    def _call(self, op: str, **args):
+        from contracts.engines.sglang.loader import EngineBuildError
+        from contracts.engines.sglang.wiring import TargetBuildError
+
+        self._start()
+        self._next += 1
+        self._proc.stdin.write(json.dumps({"id": self._next, "op": op, "args": args}) + "\n")
+        self._proc.stdin.flush()
+        reply = self._read()
+        if reply.get("id") != self._next:
+            raise WorkerError(f"{self.spec} worker answered request {reply.get('id')}, not {self._next}")
+        if "error" in reply:
+            kind, message = reply["error"]["kind"], reply["error"]["message"]
+            if kind == "TargetBuildError":
+                raise TargetBuildError(message)
+            if kind == "EngineBuildError":
+                raise EngineBuildError(message)
+            raise WorkerError(f"{self.spec} worker: {message}")
+        return DECODE[op](reply["result"])
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+            self._proc = None
+            self._log.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None

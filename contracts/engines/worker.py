@@ -1,0 +1,63 @@
+"""An engine worker: the SGLang adapter run inside one release's environment, answering a parent process.
+
+Protocol (one JSON object per line): the parent writes ``{"id", "op", "args"}`` to stdin; the worker answers
+``{"id", "result": <observation dict>}`` or ``{"id", "error": {"kind", "message"}}`` where ``kind`` is
+``EngineBuildError`` / ``TargetBuildError`` (the engine's own refusal, an observation) or ``internal``.
+The first line the worker writes is ``{"ready": {"name", "version"}}``. Anything the engine prints goes to
+stderr: the protocol has stdout to itself.
+
+    python -m contracts.engines.worker        (started by contracts.engines.remote.WorkerEngine)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+OPS = ("load", "aux", "config", "embed_head", "forward")
+
+
+def _answer(engine, request: dict) -> dict:
+    from contracts.engines.sglang.loader import EngineBuildError
+    from contracts.engines.sglang.wiring import TargetBuildError
+
+    op, args = request.get("op"), request.get("args") or {}
+    if op not in OPS:
+        return {"error": {"kind": "internal", "message": f"unknown op {op!r}"}}
+    try:
+        return {"result": getattr(engine, op)(**args).to_dict()}
+    except TargetBuildError as e:  # (a subclass of EngineBuildError: test it first)
+        return {"error": {"kind": "TargetBuildError", "message": str(e)}}
+    except EngineBuildError as e:
+        return {"error": {"kind": "EngineBuildError", "message": str(e)}}
+    except Exception as e:  # a bug of this suite on this release: the parent reports it in one line
+        return {"error": {"kind": "internal", "message": f"{type(e).__name__}: {e}",
+                          "traceback": traceback.format_exc()[-4000:]}}
+
+
+def main() -> int:
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr, never in the protocol
+    from contracts.engines.inprocess import InProcessSGLang
+
+    engine = InProcessSGLang()
+    try:
+        info = engine.info()
+    except Exception as e:  # noqa: BLE001  (reported to the parent, which fails in one line)
+        protocol.write(json.dumps({"error": {"kind": "internal", "message": f"{type(e).__name__}: {e}"}}) + "\n")
+        return 1
+    protocol.write(json.dumps({"ready": info}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        reply = _answer(engine, request)
+        reply["id"] = request.get("id")
+        protocol.write(json.dumps(reply) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
