@@ -95,8 +95,8 @@ class ContractItem(pytest.Item):
         from contracts.registry import select
 
         (contract,) = select([self.contract_id])
-        results = self.subject.run([self.contract_id])
-        result = results[0]
+        only = self.config.getoption("contracts_only")
+        result = self.subject.result(self.contract_id, [c.strip() for c in only.split(",")] if only else None)
         self.user_properties.append(("result", result.to_dict()))
         if result.status == FAIL:
             raise ContractFailed(result)
@@ -112,7 +112,10 @@ class ContractItem(pytest.Item):
             from contracts.report import _evidence_lines
 
             result = excinfo.value.args[0]
-            lines = [f"{result.contract} failed on {self.subject.checkpoint_path}: {result.summary}"]
+            from contracts.report import cause
+
+            lines = [f"{result.contract}{cause(result.to_dict())} failed on {self.subject.checkpoint_path}: "
+                     f"{result.summary}"]
             lines += _evidence_lines(result.evidence)
             if result.fix:
                 lines.append(f"fix: {result.fix}")

@@ -35,6 +35,13 @@ def _evidence_lines(evidence: dict) -> list[str]:
     return lines
 
 
+def cause(result: dict) -> str:
+    """`` [root cause]`` / `` [follows from key-naming]`` for a failure among others; '' otherwise."""
+    if result["status"] != FAIL or "follows_from" not in result:
+        return ""
+    return f" [follows from {', '.join(result['follows_from'])}]" if result["follows_from"] else " [root cause]"
+
+
 def table(reports: list[dict]) -> str:
     """One row per subject, one column per contract."""
     contracts = []
@@ -62,7 +69,7 @@ def render_text(reports: list[dict]) -> str:
                    f"target {rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
                    f"{rep['duration_s']:.1f}s)")
         for r in rep["results"]:
-            out.append(f"  {MARK[r['status']]}  {r['contract']}: {r['summary']}")
+            out.append(f"  {MARK[r['status']]}  {r['contract']}{cause(r)}: {r['summary']}")
             if r["status"] in (FAIL, WARN):
                 out += _evidence_lines(r["evidence"])
                 if r.get("fix"):
@@ -81,7 +88,7 @@ def render_markdown(reports: list[dict]) -> str:
         out.append(f"engine {rep['engine']['name']} {rep['engine']['version']}, {rep['trainer_format']} checkpoint\n")
         out.append("| contract | status | summary | fix |\n|---|---|---|---|")
         for r in rep["results"]:
-            cells = [r["contract"], MARK[r["status"]], r["summary"], r.get("fix") or ""]
+            cells = [r["contract"], MARK[r["status"]] + cause(r), r["summary"], r.get("fix") or ""]
             out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         out.append("")
     return "\n".join(out)

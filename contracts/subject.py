@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError, text_config
-from contracts.registry import FAIL, SKIP, Result, select
+from contracts.registry import FAIL, SKIP, Result, mark_causes, select
 
 
 class EngineRefused(Exception):
@@ -187,7 +187,16 @@ class Subject:
                 else:
                     results.append(Result(c.id, SKIP, f"not judged: the engine cannot build this draft (see {refused_in})",
                                           {"engine_error": str(e)}))
-        return results
+        return mark_causes(results)
+
+    def result(self, contract_id: str, only: list[str] | None = None) -> Result:
+        """One contract's result from a run of ``only`` (default all) on this subject, run once and kept: its
+        root-cause marking then sees every other contract's verdict (the pytest plugin's items ask one each)."""
+        key = tuple(only or ())
+        cache = self.__dict__.setdefault("_runs", {})
+        if key not in cache:
+            cache[key] = {r.contract: r for r in self.run(only)}
+        return cache[key][contract_id]
 
     def close(self) -> None:
         if self._tmp is not None:

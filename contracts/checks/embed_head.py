@@ -65,7 +65,9 @@ def _tensor_ev(held, origin: str) -> dict:
 
 
 @contract(CID, "after the engine's own worker wiring, the draft keeps its trained lm_head (or has a head at all "
-               "when draft_vocab_size is set), and its embedding is the one it was trained with")
+               "when draft_vocab_size is set), and its embedding is the one it was trained with",
+          # a dropped or misshapen lm_head / embed_tokens is key-naming's or tensor-shapes' finding first
+          depends_on=("key-naming", "tensor-shapes"))
 def check_embed_head(subject) -> Result:
     from contracts.subject import TargetRefused
 

@@ -22,7 +22,9 @@ def _topk(row: list[float], k: int) -> list[int]:
 
 
 @contract("forward-parity", "on the same weights and inputs, the trainer's forward and the engine's draft forward "
-                            "give the same step-0 logits (within the dtype's tolerance) and the same top-k target ids")
+                            "give the same step-0 logits (within the dtype's tolerance) and the same top-k target ids",
+          # the replay runs the loaded, wired draft under its config, mapping ids with the engine's hot_token_id
+          depends_on=("key-naming", "tensor-shapes", "d2t-semantics", "embed-head", "config"))
 def check_forward_parity(subject) -> Result:
     if subject.reference_path is None:
         return Result("forward-parity", SKIP, "no trainer reference forward for this checkpoint: the trainer's "
