@@ -2,11 +2,14 @@
 
     eagle3-contracts check CHECKPOINT [--target DIR] [--engine sglang[==VERSION]] [--only IDS]
                            [--format text|json|junit|markdown] [--output FILE] [--strict]
-    eagle3-contracts check --examples          (every bundled trainer-built draft)
+    eagle3-contracts check --examples [--engine sglang==X]   (every bundled trainer-built draft)
+    eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,sglang==B [--format text|json|markdown]
     eagle3-contracts convert --to sglang SRC DST
 
-Exit codes: 0 every contract holds (warnings allowed unless --strict), 1 a contract fails, 2 the input or
-the invocation is unusable (one line on stderr, nothing written).
+Exit codes: 0 every contract holds (warnings allowed unless --strict; for matrix: at least one engine serves
+the draft as trained), 1 a contract fails (matrix: no engine serves it), 2 the input or the invocation is
+unusable (one line on stderr, nothing written). ``--engine sglang==X`` for a release other than the one
+installed here runs the engine side in that release's cached environment (contracts.engines.environments).
 """
 
 from __future__ import annotations
@@ -45,6 +48,16 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--output", help="write the report to FILE instead of stdout")
     c.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     c.add_argument("--examples", action="store_true", help="check every bundled example")
+    m = sub.add_parser("matrix", help="which engine releases serve a draft as trained (contract × release table)")
+    m.add_argument("checkpoint", help="draft checkpoint directory")
+    m.add_argument("--target", help="target model directory (config.json; weights optional)")
+    m.add_argument("--engines", required=True,
+                   help="comma-separated engine specs, e.g. sglang==0.5.9,sglang==0.5.23 (each in its own environment)")
+    m.add_argument("--trainer", choices=("speculators", "specforge"),
+                   help="the library that trained a flat-config draft (as for check)")
+    m.add_argument("--only", help="comma-separated contract ids")
+    m.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    m.add_argument("--output", help="write the matrix to FILE instead of stdout")
     v = sub.add_parser("convert", help="write the config SGLang reads for a speculators checkpoint")
     v.add_argument("--to", choices=("sglang",), required=True)
     v.add_argument("src")
@@ -119,6 +132,32 @@ def _run_check(args) -> int:
     return exit_code(reports, args.strict)
 
 
+def _run_matrix(args) -> int:
+    """The contracts on one checkpoint under each engine release: the can-i-deploy table."""
+    from contracts import matrix
+    from contracts.registry import select
+    from contracts.subject import Subject
+
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not engines:
+        raise UsageError("matrix: give at least one engine in --engines")
+    for spec in engines:
+        _check_engine(spec)
+    only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
+    try:
+        select(only)
+    except KeyError as e:
+        raise UsageError(str(e.args[0])) from None
+    subjects = {e: [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer, engine=e)]
+                for e in engines}
+    first = subjects[engines[0]][0]
+    _guard_output(args.output, [first.checkpoint_path] + ([first.target_path] if first.target_path else []))
+    first.checkpoint, first.target  # noqa: B018  (validate the inputs before any engine work)
+    doc = matrix.run(subjects, only)
+    _emit(matrix.render(doc, args.format), args.output)
+    return matrix.exit_code(doc)
+
+
 def _emit(text: str, output: str | None) -> None:
     if output:
         Path(output).write_text(text)
@@ -172,7 +211,7 @@ def main(argv=None) -> int:
 
     try:
         args = _parser().parse_args(argv)
-        return _run_check(args) if args.command == "check" else _run_convert(args)
+        return {"check": _run_check, "matrix": _run_matrix, "convert": _run_convert}[args.command](args)
     except (InputError, UsageError, EnvironmentBuildError, WorkerError) as e:
         print(f"eagle3-contracts: error: {e}", file=sys.stderr)
         return 2
