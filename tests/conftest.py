@@ -16,7 +16,10 @@ DRAFTS = {
     "specforge": FIXTURES / "drafts" / "specforge",
     "speculators-default": FIXTURES / "drafts" / "speculators-default",
     "speculators-train": FIXTURES / "drafts" / "speculators-train",
+    "speculators-kimi-k25": FIXTURES / "drafts" / "speculators-kimi-k25",
 }
+KIMI_TARGET = FIXTURES / "targets" / "kimi-k25-tiny"
+OLD_ENGINE = "sglang==0.5.9"  # the old release CI runs besides the pinned one (its environment is built once)
 
 
 def tree_digest(path: Path) -> dict[str, str]:

@@ -30,6 +30,8 @@ class Engine(Protocol):
 
     def forward(self, engine_dir, target_dir, reference_path): ...
 
+    def surface(self) -> dict: ...  # contracts.engines.sglang.surface: the release's EAGLE-3 contract surface
+
 
 class EngineSpecError(ValueError):
     """An ``--engine`` value that names no engine or no release this suite has a recipe for."""

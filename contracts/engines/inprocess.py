@@ -49,3 +49,8 @@ class InProcessSGLang:
 
         return observe_forward(Path(engine_dir), None if target_dir is None else Path(target_dir),
                                None if reference_path is None else Path(reference_path))
+
+    def surface(self):
+        from contracts.engines.sglang.surface import observe_surface
+
+        return observe_surface()

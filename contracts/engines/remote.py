@@ -25,6 +25,7 @@ DECODE = {
     "config": lambda d: ConfigObservation(**d),
     "embed_head": WiringObservation.from_dict,
     "forward": lambda d: ForwardObservation(**d),
+    "surface": dict,
 }
 
 
@@ -68,6 +69,9 @@ class WorkerEngine:
     def forward(self, engine_dir, target_dir, reference_path):
         return self._call("forward", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir),
                           reference_path=_abs(reference_path))
+
+    def surface(self) -> dict:
+        return self._call("surface")
 
     # --- the worker ----------------------------------------------------------------------------------------
     def _start(self) -> None:

@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 
-OPS = ("load", "aux", "config", "embed_head", "forward")
+OPS = ("load", "aux", "config", "embed_head", "forward", "surface")
 
 
 def _answer(engine, request: dict) -> dict:

@@ -57,6 +57,18 @@ def model_config(engine_dir: Path, dtype: str = "auto"):
         raise EngineBuildError(f"SGLang's ModelConfig rejected the draft config: {type(e).__name__}: {e}") from None
 
 
+def _import_model_modules(mc) -> None:
+    """Let the engine's registry import its model modules outside any ``torch.device`` context: on 0.5.9 a
+    first lookup made under ``meta`` fails to import modules that make tensors at import time, and the
+    registry then silently lacks their classes (``'LlamaForCausalLMEagle3' is not a registered model``)."""
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    try:
+        get_model_architecture(mc)
+    except Exception:  # noqa: BLE001  (the build below reports the engine's refusal with its own message)
+        pass
+
+
 def build_model(mc, overrides: dict | None = None, device: str = "cpu"):
     """Construct the engine's draft class the way its model loader does (registry, default dtype, device)."""
     import torch
@@ -69,6 +81,7 @@ def build_model(mc, overrides: dict | None = None, device: str = "cpu"):
         mc.hf_config = copy.deepcopy(mc.hf_config)
         for k, v in overrides.items():
             setattr(mc.hf_config, k, v)
+    _import_model_modules(mc)
     isolated = meta_build_isolated() if device == "meta" else contextlib.nullcontext()
     try:
         with isolated, set_default_torch_dtype(mc.dtype), torch.device(device):

@@ -1,0 +1,85 @@
+"""The engine seam: an engine worker (another release's environment, here this one's interpreter) returns the
+same observations as the in-process adapter, maps the engine's refusals to the same exceptions, and a dead or
+misbehaving worker is one clear error, never a hang or a half-made report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DRAFTS, TARGET, make_copy
+
+from contracts.engines import EngineSpecError, parse_spec
+from contracts.engines.environments import RECIPE_DIR, RECIPES, recipe_for
+from contracts.engines.inprocess import InProcessSGLang
+from contracts.engines.remote import WorkerEngine, WorkerError
+from contracts.engines.sglang.loader import EngineBuildError
+
+
+@pytest.fixture(scope="module")
+def worker():
+    engine = WorkerEngine("sglang(worker)", Path(sys.executable))
+    yield engine
+    engine.close()
+
+
+def test_worker_observations_equal_the_in_process_ones(worker):
+    local = InProcessSGLang()
+    draft = DRAFTS["specforge"]
+    assert worker.info() == local.info()
+    assert worker.load(draft).to_dict() == local.load(draft).to_dict()
+    assert worker.embed_head(draft, TARGET).to_dict() == local.embed_head(draft, TARGET).to_dict()
+    assert worker.aux(draft, TARGET, [2, 4, 5]).to_dict() == local.aux(draft, TARGET, [2, 4, 5]).to_dict()
+
+
+def test_the_engines_refusal_crosses_the_worker_as_the_same_exception(worker, tmp_path):
+    broken = make_copy(DRAFTS["specforge"], tmp_path / "d", config={"architectures": ["NoSuchEagle3"]})
+    with pytest.raises(EngineBuildError) as local:
+        InProcessSGLang().load(broken)
+    with pytest.raises(EngineBuildError) as remote:
+        worker.load(broken)
+    assert str(remote.value) == str(local.value)
+
+
+def test_a_worker_that_cannot_start_is_one_line(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'ImportError: no sglang here' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    engine = WorkerEngine("sglang==9.9.9", fake)
+    with pytest.raises(WorkerError, match=r"sglang==9.9.9 worker exited \(3\): ImportError: no sglang here"):
+        engine.info()
+    engine.close()
+
+
+def test_worker_sees_only_this_package_not_this_environment(worker):
+    """The worker's path holds a link to `contracts` alone: another release's environment must not import this
+    environment's transformers/SGLang through it."""
+    scratch = Path(worker._scratch)
+    assert sorted(p.name for p in scratch.iterdir() if p.name != "stderr.log") == ["contracts"]
+
+
+def test_every_recipe_keeps_the_cpu_torch_and_exists():
+    for first, last, recipe in RECIPES:
+        lines = [line.strip() for line in (RECIPE_DIR / recipe).read_text().splitlines()]
+        assert "torch==2.13.0" in lines, recipe
+        assert not any(line.startswith(("vllm", "torchvision", "sglang")) for line in lines), recipe
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("sglang", ("sglang", None)), ("sglang==0.5.9", ("sglang", "0.5.9")),
+])
+def test_engine_specs(spec, expected):
+    assert parse_spec(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["vllm", "sglang==", "vllm==0.11"])
+def test_bad_engine_specs(spec):
+    with pytest.raises(EngineSpecError):
+        parse_spec(spec)
+
+
+def test_a_release_without_a_recipe_is_refused_with_the_measured_list():
+    assert recipe_for("sglang", "0.5.9").name == "sglang-0.5.9.txt"
+    with pytest.raises(EngineSpecError, match=r"no recipe for sglang==0.5.10 \(measured releases: 0.5.9, 0.5.23"):
+        recipe_for("sglang", "0.5.10")
