@@ -6,7 +6,7 @@ embeddings; a target class that does not capture the aux layers hands over one l
 through SGLang: resolve the draft's aux-layer config as the scheduler does
 (``resolve_spec_aux_hidden_state_config``), build a tiny instance of the target's *own architecture class*
 (from a scaled-down copy of its config, or the target itself when it is tiny), wire capture with
-``configure_aux_hidden_state_capture`` (releases that do both inline in ``ModelRunner``, e.g. 0.5.9: those
+``configure_aux_hidden_state_capture`` (releases that do both inline in ``ModelRunner``, 0.5.9 and 0.5.12: those
 statements of the engine's own source, see ``compat.run_model_runner_statement``), run the target forward on CPU and measure the width, then run the
 draft forward on it and record whether ``fc`` ran. Where an architecture cannot be built or run on a
 CPU, the evidence falls back to the engine's model registry (does the class implement the hook).
@@ -22,7 +22,13 @@ import types
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
-from contracts.engines.sglang.compat import ast_is_attribute, has_module, mentions, run_model_runner_statement
+from contracts.engines.sglang.compat import (
+    ast_is_attribute,
+    has_module,
+    mentions,
+    run_model_runner_statement,
+    runner_stand_in,
+)
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward, init_random, target_forward, uses_latent_attention
 from contracts.observations import AuxCaptureObservation
@@ -98,7 +104,7 @@ def _resolve_aux_config(draft_dir: Path, target_mc):
 
 
 def _resolve_aux_config_in_model_runner(draft_dir: Path, eagle3):
-    """Releases that read the draft's eagle_config inline in ``ModelRunner.__init__`` (0.5.9): that statement,
+    """Releases that read the draft's eagle_config inline in ``ModelRunner.__init__`` (0.5.9, 0.5.12): that statement,
     run on a stand-in runner of the target with ``--speculative-draft-model-path`` set to the draft."""
     import copy
 
@@ -107,7 +113,7 @@ def _resolve_aux_config_in_model_runner(draft_dir: Path, eagle3):
     server_args = copy.copy(get_global_server_args())
     server_args.speculative_algorithm = "EAGLE3"
     server_args.speculative_draft_model_path = str(draft_dir)
-    runner = types.SimpleNamespace(spec_algorithm=eagle3, is_draft_worker=False, eagle_use_aux_hidden_state=False)
+    runner = runner_stand_in(spec_algorithm=eagle3, is_draft_worker=False, eagle_use_aux_hidden_state=False)
     run_model_runner_statement(
         lambda node: mentions(node.test, "is_eagle3", "is_draft_worker")
         and mentions(node, "eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state"),
@@ -127,8 +133,7 @@ def _configure_capture(model, use_aux: bool, ids) -> None:
                                            dflash_target_layer_ids=None, is_dspark=False)
         return
     # 0.5.9: inline in ModelRunner.initialize, `if self.eagle_use_aux_hidden_state: self.model.set_eagle3_...(ids)`
-    runner = types.SimpleNamespace(model=model, eagle_use_aux_hidden_state=use_aux,
-                                   eagle_aux_hidden_state_layer_ids=ids)
+    runner = runner_stand_in(model=model, eagle_use_aux_hidden_state=use_aux, eagle_aux_hidden_state_layer_ids=ids)
     run_model_runner_statement(
         lambda node: ast_is_attribute(node.test, "eagle_use_aux_hidden_state")
         and mentions(node, "set_eagle3_layers_to_capture(self.eagle_aux_hidden_state_layer_ids)"),

@@ -69,6 +69,23 @@ def run_model_runner_statement(select, scope: dict) -> dict:
     return env
 
 
+def runner_stand_in(**attrs):
+    """A stand-in ``ModelRunner`` holding ``attrs``, whose other methods are the engine's own, bound to it (e.g.
+    0.5.12's ``self._build_model_config(...)`` inside the aux-capture statement)."""
+    import types
+
+    from sglang.srt.model_executor import model_runner
+
+    class RunnerStandIn(types.SimpleNamespace):
+        def __getattr__(self, name):
+            attr = getattr(model_runner.ModelRunner, name, None)
+            if callable(attr):
+                return types.MethodType(attr, self)
+            raise AttributeError(f"the stand-in ModelRunner has no {name!r} (the statement needs more of it)")
+
+    return RunnerStandIn(**attrs)
+
+
 def mentions(node, *names: str) -> bool:
     """Whether the source of ``node`` mentions every one of ``names``."""
     import ast

@@ -108,7 +108,43 @@ def install() -> None:
 
         import_utils.is_torchvision_available()
         sys.meta_path.append(_TORCHVISION)
+        _without_image_processor_registry()
     _installed = True
+
+
+class _NoImageProcessors:
+    """Replaces: ``transformers.AutoImageProcessor`` where transformers itself made it a placeholder that needs
+    torchvision (transformers 5.6.0, SGLang 0.5.12's pin).
+
+    Why: SGLang registers its vision configs' image processors at import time (``srt/configs/janus_pro.py``
+    -> ``configs/utils.register_image_processor``); with no torchvision, transformers' placeholder raises
+    ``ImportError`` there and SGLang cannot be imported at all. Registering an image processor only matters
+    for preprocessing images; the EAGLE-3 path never does. ``register`` is a no-op; anything else raises.
+    """
+
+    @staticmethod
+    def register(*args, **kwargs):
+        return None
+
+    def __init_subclass__(cls, **kwargs):
+        raise RuntimeError("transformers.AutoImageProcessor is a stand-in (eagle3-contracts shims)")
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        raise RuntimeError("transformers.AutoImageProcessor is a stand-in (eagle3-contracts shims): "
+                           "the checked path must not load image processors")
+
+
+def _without_image_processor_registry() -> None:
+    import sys
+
+    import sglang  # noqa: F401  (its package import may re-bind `transformers` in sys.modules: swap after it)
+
+    transformers = sys.modules["transformers"]
+    try:
+        transformers.AutoImageProcessor.register  # noqa: B018  (transformers 5.19: a real class)
+    except ImportError:  # a placeholder that needs torchvision
+        transformers.AutoImageProcessor = _NoImageProcessors
 
 
 def run_compiled_functions_eagerly() -> None:
