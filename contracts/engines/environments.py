@@ -27,6 +27,7 @@ RECIPE_DIR = Path(__file__).resolve().parent / "sglang" / "recipes"
 
 # (first, last, recipe): the releases each recipe is measured on (contract suite run, see the recipe's header).
 RECIPES = (
+    ("0.5.3", "0.5.3", "sglang-0.5.3.txt"),
     ("0.5.9", "0.5.9", "sglang-0.5.9.txt"),
     ("0.5.12", "0.5.12", "sglang-0.5.12.txt"),
     ("0.5.23", "0.5.23", "sglang-0.5.23.txt"),

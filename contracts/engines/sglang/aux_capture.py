@@ -14,11 +14,11 @@ CPU, the evidence falls back to the engine's model registry (does the class impl
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import shutil
 import tempfile
-import types
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
@@ -86,7 +86,7 @@ def _resolve_aux_config(draft_dir: Path, target_mc):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     if not has_module("sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"):
-        return _resolve_aux_config_in_model_runner(draft_dir, SpeculativeAlgorithm.from_string("EAGLE3"))
+        return _resolve_aux_config_in_model_runner(draft_dir)
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
         resolve_spec_aux_hidden_state_config,
     )
@@ -103,25 +103,45 @@ def _resolve_aux_config(draft_dir: Path, target_mc):
     return bool(cfg.eagle_use_aux_hidden_state), cfg.eagle_aux_hidden_state_layer_ids
 
 
-def _resolve_aux_config_in_model_runner(draft_dir: Path, eagle3):
-    """Releases that read the draft's eagle_config inline in ``ModelRunner.__init__`` (0.5.9, 0.5.12): that statement,
-    run on a stand-in runner of the target with ``--speculative-draft-model-path`` set to the draft."""
-    import copy
+def _eagle3_statement(node) -> bool:
+    """ModelRunner's EAGLE-3 aux statement: ``if self.spec_algorithm.is_eagle3() and not self.is_draft_worker:``
+    reading the draft's eagle_config (0.5.9/0.5.12: into attributes; 0.5.3: straight into the target's hook)."""
+    return mentions(node.test, "is_eagle3", "is_draft_worker") and mentions(node, "eagle_aux_hidden_state_layer_ids")
 
-    from sglang.srt.server_args import get_global_server_args
 
-    server_args = copy.copy(get_global_server_args())
+class _RecordingTarget:
+    """Stands in for the target model where 0.5.3's statement hands it the ids (read here, wired later)."""
+
+    ids = "not called"
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        self.ids = layer_ids
+
+
+def _run_eagle3_statement(draft_dir: Path, model):
+    from contracts.engines.sglang.context import server_args as published
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    server_args = copy.copy(published())
     server_args.speculative_algorithm = "EAGLE3"
     server_args.speculative_draft_model_path = str(draft_dir)
-    runner = runner_stand_in(spec_algorithm=eagle3, is_draft_worker=False, eagle_use_aux_hidden_state=False)
-    run_model_runner_statement(
-        lambda node: mentions(node.test, "is_eagle3", "is_draft_worker")
-        and mentions(node, "eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state"),
-        {"self": runner, "server_args": server_args})
-    return bool(runner.eagle_use_aux_hidden_state), getattr(runner, "eagle_aux_hidden_state_layer_ids", None)
+    runner = runner_stand_in(spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"), is_draft_worker=False,
+                             eagle_use_aux_hidden_state=False, model=model)
+    run_model_runner_statement(_eagle3_statement, {"self": runner, "server_args": server_args})
+    return runner
 
 
-def _configure_capture(model, use_aux: bool, ids) -> None:
+def _resolve_aux_config_in_model_runner(draft_dir: Path):
+    """Releases that read the draft's eagle_config inline in ``ModelRunner`` (0.5.3-0.5.12): that statement, run
+    on a stand-in runner of the target with ``--speculative-draft-model-path`` set to the draft."""
+    recorder = _RecordingTarget()
+    runner = _run_eagle3_statement(draft_dir, recorder)
+    if "eagle_aux_hidden_state_layer_ids" in vars(runner):  # 0.5.9/0.5.12 keep what they read
+        return bool(runner.eagle_use_aux_hidden_state), runner.eagle_aux_hidden_state_layer_ids
+    return True, recorder.ids  # 0.5.3: no use_aux_hidden_state switch; the statement wires capture itself
+
+
+def _configure_capture(model, use_aux: bool, ids, draft_dir: Path) -> None:
     """The engine's own call that wires the target's aux capture (raises what the engine raises)."""
     if has_module("sglang.srt.model_executor.model_runner_components.attention_backend_setup"):
         from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
@@ -132,12 +152,15 @@ def _configure_capture(model, use_aux: bool, ids) -> None:
                                            eagle_aux_hidden_state_layer_ids=ids, dflash_use_aux_hidden_state=False,
                                            dflash_target_layer_ids=None, is_dspark=False)
         return
-    # 0.5.9: inline in ModelRunner.initialize, `if self.eagle_use_aux_hidden_state: self.model.set_eagle3_...(ids)`
+    # 0.5.9/0.5.12: inline in ModelRunner, `if self.eagle_use_aux_hidden_state: self.model.set_eagle3_...(ids)`
     runner = runner_stand_in(model=model, eagle_use_aux_hidden_state=use_aux, eagle_aux_hidden_state_layer_ids=ids)
-    run_model_runner_statement(
-        lambda node: ast_is_attribute(node.test, "eagle_use_aux_hidden_state")
-        and mentions(node, "set_eagle3_layers_to_capture(self.eagle_aux_hidden_state_layer_ids)"),
-        {"self": runner})
+    try:
+        run_model_runner_statement(
+            lambda node: ast_is_attribute(node.test, "eagle_use_aux_hidden_state")
+            and mentions(node, "set_eagle3_layers_to_capture(self.eagle_aux_hidden_state_layer_ids)"),
+            {"self": runner})
+    except LookupError:  # 0.5.3: the EAGLE-3 statement itself calls the target's hook
+        _run_eagle3_statement(draft_dir, model)
 
 
 def _capture_owner(model):
@@ -262,7 +285,7 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
                 finish()
         obs.use_aux_hidden_state, obs.aux_layer_ids = _resolve_aux_config(tiny_draft, target_mc)
         try:
-            _configure_capture(model, obs.use_aux_hidden_state, obs.aux_layer_ids)
+            _configure_capture(model, obs.use_aux_hidden_state, obs.aux_layer_ids, tiny_draft)
         except Exception as e:  # a target without the hook refuses to start (0.5.23 ValueError, 0.5.9 AttributeError)
             obs.configure_error = f"{type(e).__name__}: {e}"
         owner = _capture_owner(model)

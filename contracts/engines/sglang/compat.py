@@ -44,14 +44,25 @@ def attention_context(backend):
     return forward_context(ForwardContext(attn_backend=backend))
 
 
+def _run_nodes(nodes, source_file: str, module, scope: dict) -> dict:
+    import ast
+
+    code = compile(ast.Module(body=list(nodes), type_ignores=[]), source_file, "exec")
+    env = dict(vars(module))
+    env.update(scope)
+    exec(code, env)  # noqa: S102  (the installed engine's own source, selected by the caller)
+    return env
+
+
 def run_model_runner_statement(select, scope: dict) -> dict:
     """Execute, on a stand-in ``self``, the one ``if`` statement of this release's ``ModelRunner`` that
     ``select(node)`` picks (an ``ast.If``), in the engine module's own globals; returns the scope after it.
 
     Why: before SGLang moved EAGLE-3's aux-capture set-up into functions of its own (0.5.23's
     ``resolve_spec_aux_hidden_state_config`` / ``configure_aux_hidden_state_capture``), it lived inline in
-    ``ModelRunner`` (0.5.9), which cannot be constructed on a CPU. Running the engine's own statement keeps the
-    observation the engine's code, not a restatement of it. No matching statement raises ``LookupError``.
+    ``ModelRunner`` (0.5.3-0.5.12), which cannot be constructed on a CPU. Running the engine's own statement
+    keeps the observation the engine's code, not a restatement of it. No matching statement raises
+    ``LookupError``.
     """
     import ast
     import textwrap
@@ -62,11 +73,25 @@ def run_model_runner_statement(select, scope: dict) -> dict:
     found = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.If) and select(node)]
     if len(found) != 1:
         raise LookupError(f"{len(found)} statements of this release's ModelRunner match (expected 1)")
-    code = compile(ast.Module(body=found[0:1], type_ignores=[]), inspect.getsourcefile(model_runner), "exec")
-    env = dict(vars(model_runner))
-    env.update(scope)
-    exec(code, env)  # noqa: S102  (the installed engine's own source, selected above)
-    return env
+    return _run_nodes(found, inspect.getsourcefile(model_runner), model_runner, scope)
+
+
+def run_method_statements(cls, method: str, first, last, scope: dict) -> dict:
+    """Execute the top-level statements of ``cls.method`` from the first one ``first(node)`` picks through the
+    next one ``last(node)`` picks, on the stand-in ``self`` in ``scope`` (e.g. 0.5.3's embed/head wiring, inline
+    in ``EAGLEWorker.__init__`` between ``get_embed_and_head()`` and the ``set_embed`` branch)."""
+    import ast
+    import importlib
+    import textwrap
+
+    function = ast.parse(textwrap.dedent(inspect.getsource(getattr(cls, method)))).body[0]
+    body = function.body
+    start = next((i for i, node in enumerate(body) if first(node)), None)
+    end = next((i for i, node in enumerate(body) if start is not None and i >= start and last(node)), None)
+    if start is None or end is None:
+        raise LookupError(f"{cls.__name__}.{method} has no statements from {first} to {last} in this release")
+    module = importlib.import_module(cls.__module__)
+    return _run_nodes(body[start:end + 1], inspect.getsourcefile(cls), module, scope)
 
 
 def runner_stand_in(**attrs):

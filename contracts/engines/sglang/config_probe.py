@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import tempfile
+import types
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, rope_of
@@ -136,7 +137,10 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
         obs.dispatch_error = f"{type(e).__name__}: {e}"
         return obs
     if target_config is not None:
-        obs.target_engine_dtype = str(_get_and_verify_dtype(target_config, "auto")).removeprefix("torch.")
+        # the fields the engine's rule reads, as attributes (0.5.3 takes a config object; 0.5.23 also a dict)
+        fields = types.SimpleNamespace(model_type=target_config.get("model_type", ""),
+                                       dtype=target_config.get("dtype"), torch_dtype=target_config.get("torch_dtype"))
+        obs.target_engine_dtype = str(_get_and_verify_dtype(fields, "auto")).removeprefix("torch.")
     if not obs.is_eagle3_draft:
         return obs
 

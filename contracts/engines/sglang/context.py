@@ -14,6 +14,7 @@ import warnings
 
 _lock = threading.Lock()
 _ready = False
+_server_args = None  # the ServerArgs published for this process (every release has one; not all keep it)
 
 
 def _free_loopback_port() -> int:
@@ -25,6 +26,7 @@ def _free_loopback_port() -> int:
 def _quiet() -> None:
     """SGLang logs and warns about every CUDA-only module it skips on a CPU; none of it is about the draft."""
     os.environ.setdefault("SGLANG_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything checked is local; never wait on a model hub
     for name in ("sglang", "sglang.srt", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"sglang\..*")
@@ -47,6 +49,8 @@ def ensure_context() -> None:
         shims.select_torch_native_rotary()
         shims.run_compiled_functions_eagerly()
         _quiet()  # SGLang's import installs its own handlers; quiet them again
+        # 0.5.3 binds its custom all-reduce kernels when the process group is made (one rank never uses them)
+        shims.import_with_kernel_stand_in("sglang.srt._custom_ops", optional=True)
         if not torch.distributed.is_initialized():
             init_distributed_environment(
                 world_size=1, rank=0, local_rank=0, backend="gloo",
@@ -56,7 +60,26 @@ def ensure_context() -> None:
         # Releases whose KV-cache modules import CUDA kernels at module level (0.5.9) get the documented
         # sgl_kernel stand-in here, at one fixed point after SGLang's core import; 0.5.23 needs none.
         shims.import_with_kernel_stand_in("sglang.srt.mem_cache.memory_pool_host")
+        shims.import_layers_without_vllm()  # 0.5.3 reaches for vllm's layer classes on a CPU without AMX
         _ready = True
+
+
+def _placeholder_model():
+    """A private directory holding a one-layer Llama config.json, removed at exit: the "served model" of the
+    published ServerArgs where a release reads its config (the drafts and targets checked bring their own)."""
+    import atexit
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    directory = Path(tempfile.mkdtemp(prefix="eagle3-contracts-placeholder-"))
+    atexit.register(shutil.rmtree, directory, True)
+    (directory / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 512,
+        "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "torch_dtype": "float32"}))
+    return directory
 
 
 def _publish_server_topology() -> None:
@@ -69,27 +92,44 @@ def _publish_server_topology() -> None:
     from sglang.srt.distributed.parallel_state import initialize_model_parallel
     from sglang.srt.server_args import ServerArgs
 
-    args = ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1, device="cpu")
+    global _server_args
+    # a local placeholder, never a hub id: 0.5.3 reads the served model's config while making ServerArgs
+    args = _server_args = ServerArgs(model_path=str(_placeholder_model()), tp_size=1, ep_size=1, pp_size=1,
+                                     device="cpu")
     try:  # the process-wide runtime context (0.5.23; 0.5.17/0.5.20 lack SpawnRanks and are not supported)
         from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish, reset_context
-    except ImportError:  # a global ServerArgs, set by the scheduler (the 0.5.x releases before it)
-        from sglang.srt.server_args import set_global_server_args_for_scheduler
-
-        import types
-
-        import torch
-        from sglang.srt.layers.dp_attention import initialize_dp_attention
-
-        set_global_server_args_for_scheduler(args)
-        initialize_model_parallel(backend="gloo")
-        # what ModelRunner.init_torch_distributed does next (DeepSeek-family layers assert it ran); with DP
-        # attention off, the model config only sizes a gathered buffer that no one-rank forward uses
-        initialize_dp_attention(args, types.SimpleNamespace(hidden_size=1, dtype=torch.float32))
+    except ImportError:  # the 0.5.x releases before it: module-level state set by the scheduler
+        _publish_module_state(args)
         return
     reset_context()
     publish(args, role="test", ranks=SpawnRanks(world_rank=0))
     get_parallel().override_permanently(world_group=parallel_state._WORLD)
     initialize_model_parallel(backend="gloo")
+
+
+def _publish_module_state(args) -> None:
+    """0.5.9/0.5.12: a global ServerArgs (``set_global_server_args_for_scheduler``); 0.5.3: none (layers read
+    ``global_server_args_dict``'s defaults). Then the model-parallel groups and DP attention, as
+    ``ModelRunner.init_torch_distributed`` makes them (DeepSeek-family layers assert DP attention ran; with
+    it off, the model config only sizes a gathered buffer no one-rank forward uses)."""
+    import types
+
+    import torch
+    from sglang.srt import server_args as server_args_module
+    from sglang.srt.distributed.parallel_state import initialize_model_parallel
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+
+    publish = getattr(server_args_module, "set_global_server_args_for_scheduler", None)
+    if publish is not None:
+        publish(args)
+    initialize_model_parallel(backend="gloo")
+    initialize_dp_attention(args, types.SimpleNamespace(hidden_size=1, dtype=torch.float32))
+
+
+def server_args():
+    """The ServerArgs this process published (the scheduler's arguments, as the layers see them)."""
+    ensure_context()
+    return _server_args
 
 
 def engine_version() -> str:

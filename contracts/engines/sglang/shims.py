@@ -68,10 +68,11 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 # torchvision fails loudly instead of silently.
 _TORCHVISION = _StandInFinder(("torchvision",))
 
-# Replaces: ``sgl_kernel`` (SGLang's CUDA kernel package), only on releases whose KV-cache modules import it at
-# module level, and only once that import has failed (0.5.9: ``mem_cache/memory_pool_host`` imports
-# ``sgl_kernel.kvcacheio``, the host KV-cache copy kernels of hierarchical caching; it is reached from
-# ``model_runner``, ``radix_cache`` and ``eagle_worker_v2``). Installed by ``context.ensure_context`` after
+# Replaces: ``sgl_kernel`` (SGLang's CUDA kernel package), only on releases that need it at module level, and
+# only once that import has failed (0.5.9: ``mem_cache/memory_pool_host`` imports ``sgl_kernel.kvcacheio``, the
+# host KV-cache copy kernels of hierarchical caching, reached from ``model_runner``, ``radix_cache`` and
+# ``eagle_worker_v2``; 0.5.3: ``srt/_custom_ops.py`` binds ``sgl_kernel.allreduce``, the custom all-reduce of
+# multi-GPU tensor parallelism, when the process group is made). Installed by ``context.ensure_context`` after
 # SGLang's core import, so the modules that probe for sgl_kernel to pick a kernel (``utils.common``,
 # ``quantization.fp8_kernel``) have already seen the truth. Why the checked path is unaffected: nothing here
 # uses a host KV cache (the wiring runs ``EagleDraftWorker.init_lm_head`` on a stand-in worker; forwards use
@@ -80,14 +81,24 @@ _TORCHVISION = _StandInFinder(("torchvision",))
 _SGL_KERNEL = _StandInFinder(("sgl_kernel",))
 
 
-def import_with_kernel_stand_in(module: str):
-    """Import ``module``; if it fails only because ``sgl_kernel`` is absent, stand it in and import again."""
+def import_with_kernel_stand_in(module: str, optional: bool = False):
+    """Import ``module``; if it fails only because ``sgl_kernel`` is absent, stand it in and import again.
+
+    Absent shows two ways: ``No module named 'sgl_kernel'`` (0.5.9's memory_pool_host), or 0.5.3's
+    ``srt/_custom_ops.py``, which swallows the ImportError and then fails with ``name 'sgl_kernel' is not
+    defined``. ``optional``: a release without ``module`` at all needs nothing (returns None).
+    """
     import importlib
 
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
+        if optional and e.name and module.startswith(e.name):
+            return None
         if e.name is None or e.name.split(".")[0] != "sgl_kernel" or _SGL_KERNEL in sys.meta_path:
+            raise
+    except NameError as e:
+        if "sgl_kernel" not in str(e) or _SGL_KERNEL in sys.meta_path:
             raise
     sys.meta_path.append(_SGL_KERNEL)  # (a failed import leaves no half-made module behind)
     return importlib.import_module(module)
@@ -175,6 +186,88 @@ def select_torch_native_rotary() -> None:
         import sglang.srt.layers.rotary_embedding as rotary_base
 
     rotary_base._is_cpu = True
+    # 0.5.3's RotaryEmbedding.__init__ imports vllm's CUDA rotary kernel unless `_is_cpu and
+    # _is_cpu_amx_available`; the kernel is stored for forward_cuda only, and forward dispatch reads
+    # srt/custom_op.py's own platform flags (no AMX here: forward_native). So the rotary module's AMX flag is
+    # set too, where its constructor reads it; the rotation computed is forward_native's either way.
+    import inspect
+
+    init = getattr(getattr(rotary_base, "RotaryEmbedding", None), "__init__", None)
+    if init is not None and "_is_cpu_amx_available" in inspect.getsource(init):
+        rotary_base._is_cpu_amx_available = True
+
+
+class _NamesFrom(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``vllm`` package stand-ins whose names resolve to attributes of an SGLang module."""
+
+    def __init__(self, leaves: dict[str, str]):
+        self.leaves = leaves  # "vllm.model_executor.layers.layernorm" -> "sglang.srt.layers.layernorm"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if any(leaf == fullname or leaf.startswith(fullname + ".") for leaf in self.leaves):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=fullname not in self.leaves)
+        return None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        source = self.leaves.get(spec.name)
+        if source is not None:
+            module.__getattr__ = lambda name: getattr(sys.modules[source], name)
+        else:
+            module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+# Replaces: vllm's ``RMSNorm``, ``GemmaRMSNorm`` (``vllm.model_executor.layers.layernorm``) and ``SiluAndMul``,
+# ``GeluAndMul`` (``...layers.activation``) with SGLang's own classes of the same names, only while SGLang 0.5.3
+# imports ``srt/layers/layernorm.py`` and ``srt/layers/activation.py``.
+# Why: on a CPU without AMX, 0.5.3 replaces its own layer classes with vllm's (``from vllm... import RMSNorm``)
+# at the end of those modules; vllm drags in a CUDA torch (FIELD-NOTES §1). Pointing the names back at the
+# classes SGLang defined just above keeps SGLang's own layers (their pure-torch ``forward_native`` on a CPU).
+# The ``vllm`` stand-ins are removed from ``sys.modules`` right after, so every later ``import vllm`` probe
+# (e.g. ``compressed_tensors_moe``'s ``VLLM_AVAILABLE``) still sees no vllm. 0.5.9 and later need none.
+_VLLM_LAYER_NAMES = {"vllm.model_executor.layers.layernorm": "sglang.srt.layers.layernorm",
+                     "vllm.model_executor.layers.activation": "sglang.srt.layers.activation"}
+
+
+def import_layers_without_vllm() -> None:
+    """Import SGLang's layernorm/activation modules; on a release that reaches for vllm there, with the
+    stand-ins above, for the duration of that import only."""
+    import importlib
+
+    for module in _VLLM_LAYER_NAMES.values():
+        try:
+            importlib.import_module(module)
+            continue
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] != "vllm":
+                raise
+        finder = _NamesFrom(_VLLM_LAYER_NAMES)
+        sys.meta_path.insert(0, finder)
+        try:
+            importlib.import_module(module)
+        finally:
+            sys.meta_path.remove(finder)
+            for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+                del sys.modules[name]
+
+
+def import_eagle_worker_v1():
+    """0.5.3's ``speculative/eagle_worker.py`` (whose ``__init__`` holds the embed/head wiring), importable on
+    a CPU.
+
+    Replaces: ``sglang.srt.speculative.spec_utils.fast_topk`` where the release defines it only on CUDA/HIP
+    (``from sgl_kernel import fast_topk`` under ``if is_cuda()``) while ``eagle_worker`` imports it
+    unconditionally. Why the checked path is unaffected: ``fast_topk`` picks draft tokens during decoding;
+    the wiring statements run here never call it, and the stand-in raises if anything does.
+    """
+    spec_utils = import_with_kernel_stand_in("sglang.srt.speculative.spec_utils")
+    if not hasattr(spec_utils, "fast_topk"):
+        spec_utils.fast_topk = _Unavailable("sgl_kernel.fast_topk")
+    return import_with_kernel_stand_in("sglang.srt.speculative.eagle_worker")
 
 
 @contextlib.contextmanager

@@ -124,7 +124,7 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
 
     from contracts.engines.sglang.shims import cuda_synchronize_is_a_no_op, import_with_kernel_stand_in
 
-    EagleDraftWorker = import_with_kernel_stand_in("sglang.srt.speculative.eagle_worker_v2").EagleDraftWorker
+    v2 = import_with_kernel_stand_in("sglang.srt.speculative.eagle_worker_v2", optional=True)
 
     own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)
     calls: list[str] = []
@@ -142,21 +142,26 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
         # `.revision` and `.load_config` (read only when the target's embedding lives on another PP stage)
         target_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
             model=target, model_config=target_mc, load_config=LoadConfig())),
-        # the draft worker's runner: `.model` is the draft loaded above
+        # the draft worker's runner: `.model` is the draft loaded above (0.5.3 calls it draft_model_runner)
         draft_runner=types.SimpleNamespace(model=draft),
+        draft_model_runner=types.SimpleNamespace(model=draft),
         # set by the worker's constructor from --speculative-algorithm EAGLE3
         speculative_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
         # read by 0.5.9's init_token_map: --speculative-token-map's default (EAGLE-3 ignores it anyway)
         server_args=types.SimpleNamespace(speculative_token_map=None),
     )
-    if hasattr(EagleDraftWorker, "_resolve_shared_embed_and_head"):  # 0.5.23's init_lm_head calls it; 0.5.9 has none
-        worker._resolve_shared_embed_and_head = types.MethodType(EagleDraftWorker._resolve_shared_embed_and_head,
-                                                                 worker)
-    error = None
+    error, wiring = None, "EagleDraftWorker.init_lm_head"
     with torch.no_grad(), cuda_synchronize_is_a_no_op():
         try:
-            EagleDraftWorker.init_token_map(worker)  # the engine's own: hot_token_id (None for EAGLE-3)
-            EagleDraftWorker.init_lm_head(worker)
+            if v2 is not None:
+                EagleDraftWorker = v2.EagleDraftWorker
+                if hasattr(EagleDraftWorker, "_resolve_shared_embed_and_head"):  # 0.5.23's init_lm_head calls it
+                    worker._resolve_shared_embed_and_head = types.MethodType(
+                        EagleDraftWorker._resolve_shared_embed_and_head, worker)
+                EagleDraftWorker.init_token_map(worker)  # the engine's own: hot_token_id (None for EAGLE-3)
+                EagleDraftWorker.init_lm_head(worker)
+            else:
+                wiring = _wire_inline(worker)
         except Exception as e:  # the engine's own refusal is the observation
             error = f"{type(e).__name__}: {e}"
     for method in TRACED_DRAFT_METHODS:
@@ -165,7 +170,30 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
     return types.SimpleNamespace(mc=mc, draft=draft, tracer=tracer, fates=fates, target=target,
                                  target_mc=target_mc, has_weights=has_weights, target_loaded=target_loaded,
                                  target_error=target_error, worker=worker, calls=calls, error=error,
-                                 own_embed=own_embed, own_head=own_head)
+                                 own_embed=own_embed, own_head=own_head, wiring=wiring)
+
+
+def _wire_inline(worker) -> str:
+    """0.5.3: the same wiring, inline in ``EAGLEWorker.__init__``: its hot-token-map statement, then its
+    statements from ``get_embed_and_head()`` through the ``set_embed`` branch (the draft worker's own
+    construction between them is not run: the stand-in already holds the loaded draft)."""
+    import ast
+
+    from contracts.engines.sglang.compat import run_method_statements
+    from contracts.engines.sglang.shims import import_eagle_worker_v1
+
+    worker_cls = import_eagle_worker_v1().EAGLEWorker
+
+    def says(*words):
+        return lambda node: all(w in ast.unparse(node) for w in words)
+
+    token_map = says("speculative_token_map", "hot_token_id")
+    run_method_statements(worker_cls, "__init__", token_map, token_map,
+                          {"self": worker, "server_args": worker.server_args})
+    run_method_statements(worker_cls, "__init__", says("get_embed_and_head()"),
+                          lambda node: isinstance(node, ast.If) and "set_embed" in ast.unparse(node),
+                          {"self": worker})
+    return "EAGLEWorker.__init__ (its embed/head statements)"
 
 
 def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
@@ -191,7 +219,7 @@ def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
     hot = getattr(worker, "hot_token_id", None)
     return WiringObservation(
         engine={"name": "sglang", "version": engine_version()},
-        wiring="EagleDraftWorker.init_lm_head",
+        wiring=w.wiring,
         calls=calls,
         load_lm_head_from_target=bool(getattr(draft, "load_lm_head_from_target", False)),
         tied=draft.lm_head is draft.model.embed_tokens,
