@@ -124,8 +124,9 @@ def _details(model, functions: list[str], dropped: list[str], **extra) -> dict:
     )
 
 
-def build_default(scratch: Path) -> dict:
-    """The library's build path with the config class's defaults, saved by save_pretrained (fp32)."""
+def _library_build(scratch: Path, verifier: str, name: str):
+    """The library's build path with the config class's defaults against ``verifier``, saved by save_pretrained
+    (fp32) to fixtures/drafts/<name>; returns the model and the files the writer left that are not kept."""
     import torch
     import transformers
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
@@ -143,7 +144,7 @@ def build_default(scratch: Path) -> dict:
         verifier_config=layer_config,
         t2d=t2d,
         d2t=d2t,
-        verifier_name_or_path=VERIFIER,
+        verifier_name_or_path=verifier,
         draft_vocab_size=DRAFT_VOCAB,
         # required keyword of from_training_args; the config class's default (False)
         norm_before_residual=defaults["norm_before_residual"].default,
@@ -152,25 +153,34 @@ def build_default(scratch: Path) -> dict:
         # norm_before_fc / fc_norm / norm_output / embed_requires_grad / target_layer_ids left
         # unset: from_training_args falls back to False / False / False / False / the default ids.
     )
-    out = scratch / "default"
+    out = scratch / name
     model.save_pretrained(out)
-    directory = DRAFTS / "speculators-default"
+    directory = DRAFTS / name
     dropped = _copy_kept(out, directory)
     _check_no_local_paths(directory, str(scratch))
+    return model, dropped
+
+
+LIBRARY_BUILD_FUNCTIONS = [
+    "speculators.train.vocab_mapping.build_vocab_mappings_from_distribution",
+    "speculators.models.eagle3.core.Eagle3DraftModel.from_training_args",
+    "speculators.models.utils.resolve_target_layer_ids",
+    "speculators.models.eagle3.config.Eagle3SpeculatorConfig",
+    "speculators.config.VerifierConfig.from_pretrained",
+    "speculators.models.eagle3.core.Eagle3DraftModel.__init__",
+    "speculators.model.DraftVocabMixin.load_vocab_mappings",
+    "speculators.models.eagle3.core.Eagle3DraftModel.load_verifier_weights",
+    "transformers.PreTrainedModel.save_pretrained",
+]
+
+
+def build_default(scratch: Path) -> dict:
+    """The library's build path with the config class's defaults, saved by save_pretrained (fp32)."""
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    model, dropped = _library_build(scratch, VERIFIER, "speculators-default")
     return _details(
-        model,
-        [
-            "speculators.train.vocab_mapping.build_vocab_mappings_from_distribution",
-            "speculators.models.eagle3.core.Eagle3DraftModel.from_training_args",
-            "speculators.models.utils.resolve_target_layer_ids",
-            "speculators.models.eagle3.config.Eagle3SpeculatorConfig",
-            "speculators.config.VerifierConfig.from_pretrained",
-            "speculators.models.eagle3.core.Eagle3DraftModel.__init__",
-            "speculators.model.DraftVocabMixin.load_vocab_mappings",
-            "speculators.models.eagle3.core.Eagle3DraftModel.load_verifier_weights",
-            "transformers.PreTrainedModel.save_pretrained",
-        ],
-        dropped,
+        model, LIBRARY_BUILD_FUNCTIONS, dropped,
         dtype="float32",
         build="Eagle3SpeculatorConfig defaults; transformer_layer_config = "
               "transformers.LlamaConfig(target geometry, num_hidden_layers=1)",
@@ -183,39 +193,9 @@ KIMI_VERIFIER = "fixtures/targets/kimi-k25-tiny"
 
 def build_kimi(scratch: Path) -> dict:
     """speculators-default's build with the Kimi-K2.5-shaped verifier (the draft layer stays Llama-shaped)."""
-    import torch
-    import transformers
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
-    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
-
-    torch.manual_seed(SEED)
-    d2t, t2d = build_vocab_mappings_from_distribution(
-        token_freq_dict=token_frequencies(), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB,
-    )
-    layer_config = transformers.LlamaConfig(**{**TARGET_GEOMETRY, "num_hidden_layers": 1})
-    defaults = Eagle3SpeculatorConfig.model_fields
-    model = Eagle3DraftModel.from_training_args(
-        verifier_config=layer_config, t2d=t2d, d2t=d2t, verifier_name_or_path=KIMI_VERIFIER,
-        draft_vocab_size=DRAFT_VOCAB, norm_before_residual=defaults["norm_before_residual"].default,
-        ttt_steps=GreedyTokenProposalConfig.model_fields["speculative_tokens"].default,
-    )
-    out = scratch / "kimi"
-    model.save_pretrained(out)
-    directory = DRAFTS / "speculators-kimi-k25"
-    dropped = _copy_kept(out, directory)
-    _check_no_local_paths(directory, str(scratch))
+    model, dropped = _library_build(scratch, KIMI_VERIFIER, "speculators-kimi-k25")
     return _details(
-        model,
-        [
-            "speculators.train.vocab_mapping.build_vocab_mappings_from_distribution",
-            "speculators.models.eagle3.core.Eagle3DraftModel.from_training_args",
-            "speculators.models.utils.resolve_target_layer_ids",
-            "speculators.config.VerifierConfig.from_pretrained",
-            "speculators.models.eagle3.core.Eagle3DraftModel.load_verifier_weights",
-            "transformers.PreTrainedModel.save_pretrained",
-        ],
-        dropped,
+        model, LIBRARY_BUILD_FUNCTIONS, dropped,
         dtype="float32",
         build="as speculators-default, verifier fixtures/targets/kimi-k25-tiny (KimiK25ForConditionalGeneration)",
         target="target-kimi-k25-tiny",
