@@ -83,3 +83,19 @@ def test_a_release_without_a_recipe_is_refused_with_the_measured_list():
     assert recipe_for("sglang", "0.5.9").name == "sglang-0.5.9.txt"
     with pytest.raises(EngineSpecError, match=r"no recipe for sglang==0.5.10 \(measured releases: 0.5.3, 0.5.9, 0.5.12, 0.5.23"):
         recipe_for("sglang", "0.5.10")
+
+
+def test_an_environment_pip_cannot_make_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """A recipe pip cannot satisfy (here a package no index has) ends in one EnvironmentBuildError naming the
+    log; no half-made environment is left to be mistaken for a ready one."""
+    from contracts.engines import environments
+
+    recipe = tmp_path / "sglang-0.0.1.txt"
+    recipe.write_text("eagle3-contracts-no-such-package-anywhere==1.0\n")
+    monkeypatch.setattr(environments, "RECIPE_DIR", tmp_path)
+    monkeypatch.setattr(environments, "RECIPES", (("0.0.1", "0.0.1", recipe.name),))
+    monkeypatch.setenv("EAGLE3_CONTRACTS_ENVS", str(tmp_path / "envs"))
+    with pytest.raises(environments.EnvironmentBuildError, match=r"could not make the sglang==0.0.1 environment"):
+        environments.environment_for("sglang", "0.0.1")
+    left = sorted(p.name for p in (tmp_path / "envs").iterdir())
+    assert not [n for n in left if not n.endswith((".log", ".lock"))], left
