@@ -27,9 +27,10 @@ def _topk(row: list[float], k: int) -> list[int]:
           depends_on=("key-naming", "tensor-shapes", "d2t-semantics", "embed-head", "config"))
 def check_forward_parity(subject) -> Result:
     if subject.reference_path is None:
-        return Result("forward-parity", SKIP, "no trainer reference forward for this checkpoint: the trainer's "
-                      "package is not available here to compute one (the bundled drafts carry theirs)", {},
-                      "run the trainer's own forward in its environment and pass its reference")
+        return Result("forward-parity", SKIP, "no trainer reference forward for this checkpoint: one is the "
+                      "trainer's own step-0 forward on the target's real aux hidden states, made in the trainer's "
+                      "environment (the bundled drafts of the weighted Llama target carry theirs, "
+                      "fixtures/references/)", {})
     if subject.target_path is None:
         return Result("forward-parity", SKIP, "no --target: the engine shares the target's embedding into the draft, "
                       "so its forward cannot be replayed without it", {}, "pass --target DIR")
