@@ -155,6 +155,30 @@ def test_bad_invocation_is_exit_2(args, expected, capsys):
     assert code == 2 and out == "" and expected in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("args,expected", [
+    (["--engines", "vllm==0.11"], "unsupported engine 'vllm'"),
+    (["--engines", "sglang==0.1.0"], "no recipe for sglang==0.1.0"),
+    (["--engines", ","], "matrix: give at least one engine in --engines"),
+    (["--engines", "sglang", "--only", "nope"], "unknown contract id(s): nope"),
+])
+def test_bad_matrix_invocation_is_exit_2(args, expected, capsys):
+    code, out, err = run_cli(capsys, "matrix", DRAFTS["specforge"], "--target", TARGET, *args)
+    assert code == 2 and out == "" and expected in err and err.count("\n") == 1
+
+
+def test_matrix_exits_1_when_no_release_serves_the_draft(capsys, tmp_path):
+    from contracts import matrix
+
+    doc = matrix.document([{"name": "d", "engine": {"name": "sglang", "version": v}, "results": [
+        {"contract": "key-naming", "status": "fail", "summary": "dropped", "root_cause": True, "follows_from": []},
+        {"contract": "forward-parity", "status": "fail", "summary": "differs", "root_cause": False,
+         "follows_from": ["key-naming"]}]} for v in ("0.5.3", "0.5.9")])
+    assert matrix.exit_code(doc) == 1
+    table = matrix.markdown(doc)
+    assert "| d | sglang 0.5.3 | FAIL (root cause) | FAIL ← key-naming | **no** |" in table
+    assert "serves as trained on none of sglang==0.5.3, sglang==0.5.9" in matrix.text(doc)
+
+
 def test_output_inside_the_checkpoint_is_refused(capsys, broken):
     path = broken("specforge")
     before = tree_digest(path)
