@@ -85,6 +85,18 @@ def _check_engine(spec: str) -> None:
         raise UsageError(str(e)) from None
 
 
+def _selected(only: str | None) -> list[str] | None:
+    """The contract ids of ``--only`` (None: all), each one a registered contract."""
+    from contracts.registry import select
+
+    ids = [c.strip() for c in only.split(",") if c.strip()] if only else None
+    try:
+        select(ids)
+    except KeyError as e:
+        raise UsageError(str(e.args[0])) from None
+    return ids
+
+
 def _guard_output(output: str | None, inputs: list[Path]) -> None:
     if output is None:
         return
@@ -96,16 +108,11 @@ def _guard_output(output: str | None, inputs: list[Path]) -> None:
 
 
 def _run_check(args) -> int:
-    from contracts.registry import select
     from contracts.report import exit_code, render
     from contracts.subject import Subject, report
 
     _check_engine(args.engine)
-    only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
-    try:
-        select(only)
-    except KeyError as e:
-        raise UsageError(str(e.args[0])) from None
+    only = _selected(args.only)
     if args.examples:
         from contracts.bundled import bundled_subjects
 
@@ -135,7 +142,6 @@ def _run_check(args) -> int:
 def _run_matrix(args) -> int:
     """The contracts on one checkpoint under each engine release: the can-i-deploy table."""
     from contracts import matrix
-    from contracts.registry import select
     from contracts.subject import Subject
 
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
@@ -143,11 +149,7 @@ def _run_matrix(args) -> int:
         raise UsageError("matrix: give at least one engine in --engines")
     for spec in engines:
         _check_engine(spec)
-    only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
-    try:
-        select(only)
-    except KeyError as e:
-        raise UsageError(str(e.args[0])) from None
+    only = _selected(args.only)
     subjects = {e: [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer, engine=e)]
                 for e in engines}
     first = subjects[engines[0]][0]

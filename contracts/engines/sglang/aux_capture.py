@@ -6,9 +6,9 @@ embeddings; a target class that does not capture the aux layers hands over one l
 through SGLang: resolve the draft's aux-layer config as the scheduler does
 (``resolve_spec_aux_hidden_state_config``), build a tiny instance of the target's *own architecture class*
 (from a scaled-down copy of its config, or the target itself when it is tiny), wire capture with
-``configure_aux_hidden_state_capture`` (releases that do both inline in ``ModelRunner``, 0.5.9 and 0.5.12: those
-statements of the engine's own source, see ``compat.run_model_runner_statement``), run the target forward on CPU and measure the width, then run the
-draft forward on it and record whether ``fc`` ran. Where an architecture cannot be built or run on a
+``configure_aux_hidden_state_capture`` (releases that do both inline in ``ModelRunner``, 0.5.3-0.5.12: those
+statements of the engine's own source, see ``compat.run_model_runner_statement``), run the target forward on
+CPU and measure the width, then run the draft forward on it and record whether ``fc`` ran. Where an architecture cannot be built or run on a
 CPU, the evidence falls back to the engine's model registry (does the class implement the hook).
 """
 

@@ -1,5 +1,5 @@
 """SGLang's internal APIs as they differ between releases, detected from the installed engine (never
-assumed from its version number), so one adapter drives 0.5.9 and 0.5.23 through their own code.
+assumed from its version number), so one adapter drives 0.5.3 through 0.5.23 through their own code.
 
 Each helper names the releases it was measured on. A difference it does not know raises the engine's own
 error, which the adapter reports as an observation (never a silent fallback to another release's logic).
@@ -7,9 +7,12 @@ error, which the adapter reports as an observation (never a silent fallback to a
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import inspect
+import textwrap
+import types
 
 
 def accepts(function, keyword: str) -> bool:
@@ -45,8 +48,6 @@ def attention_context(backend):
 
 
 def _run_nodes(nodes, source_file: str, module, scope: dict) -> dict:
-    import ast
-
     code = compile(ast.Module(body=list(nodes), type_ignores=[]), source_file, "exec")
     env = dict(vars(module))
     env.update(scope)
@@ -64,9 +65,6 @@ def run_model_runner_statement(select, scope: dict) -> dict:
     keeps the observation the engine's code, not a restatement of it. No matching statement raises
     ``LookupError``.
     """
-    import ast
-    import textwrap
-
     from sglang.srt.model_executor import model_runner
 
     source = textwrap.dedent(inspect.getsource(model_runner.ModelRunner))
@@ -80,10 +78,6 @@ def run_method_statements(cls, method: str, first, last, scope: dict) -> dict:
     """Execute the top-level statements of ``cls.method`` from the first one ``first(node)`` picks through the
     next one ``last(node)`` picks, on the stand-in ``self`` in ``scope`` (e.g. 0.5.3's embed/head wiring, inline
     in ``EAGLEWorker.__init__`` between ``get_embed_and_head()`` and the ``set_embed`` branch)."""
-    import ast
-    import importlib
-    import textwrap
-
     function = ast.parse(textwrap.dedent(inspect.getsource(getattr(cls, method)))).body[0]
     body = function.body
     start = next((i for i, node in enumerate(body) if first(node)), None)
@@ -97,8 +91,6 @@ def run_method_statements(cls, method: str, first, last, scope: dict) -> dict:
 def runner_stand_in(**attrs):
     """A stand-in ``ModelRunner`` holding ``attrs``, whose other methods are the engine's own, bound to it (e.g.
     0.5.12's ``self._build_model_config(...)`` inside the aux-capture statement)."""
-    import types
-
     from sglang.srt.model_executor import model_runner
 
     class RunnerStandIn(types.SimpleNamespace):
@@ -113,16 +105,12 @@ def runner_stand_in(**attrs):
 
 def mentions(node, *names: str) -> bool:
     """Whether the source of ``node`` mentions every one of ``names``."""
-    import ast
-
     text = ast.unparse(node)
     return all(n in text for n in names)
 
 
 def ast_is_attribute(node, attr: str) -> bool:
     """Whether ``node`` is exactly ``self.<attr>``."""
-    import ast
-
     return (isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name)
             and node.value.id == "self")
 

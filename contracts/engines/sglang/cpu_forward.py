@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import types
 
+from contracts.engines.sglang.compat import attention_context, supported
+
 PAGE = 1
 
 
@@ -16,8 +18,6 @@ def _pools(text, dtype, tokens: int):
     """SGLang's request pool and the KV pool its model runner would choose for this config: the latent
     (MLA) pool for multi-head latent attention (``kv_lora_rank`` set, as DeepSeek-V2/V3 and Kimi), else MHA."""
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool, ReqToTokenPool
-
-    from contracts.engines.sglang.compat import supported
 
     req = ReqToTokenPool(size=1, max_context_len=tokens + 8, device="cpu", enable_memory_saver=False)
     layers = int(text.num_hidden_layers)
@@ -58,8 +58,6 @@ def _one_request(hf_config, dtype, n: int):
 def _run(model, attn, batch, input_ids):
     import torch
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-
-    from contracts.engines.sglang.compat import attention_context
 
     batch.capture_hidden_mode = CaptureHiddenMode.FULL
     batch.attn_backend = attn.backend

@@ -1,14 +1,18 @@
-"""The only stand-ins this suite puts under SGLang, all for CUDA-only or vision-only imports that block
-a CPU code path which never uses them. Each entry says what it replaces and why the checked path is
-unaffected. Installed once per process by ``install()`` before SGLang is imported.
+"""The only stand-ins this suite puts under SGLang, all for CUDA-only or vision-only imports or calls that
+block a CPU code path which never uses them. Each entry says what it replaces, on which releases, and why the
+checked path is unaffected. ``context.ensure_context`` installs them once per process, each at the point its
+release needs it (``install()`` before SGLang is imported, the release-specific ones right after its core
+import); ``cuda_synchronize_is_a_no_op`` only spans the worker wiring.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import sys
 import types
 
@@ -88,8 +92,6 @@ def import_with_kernel_stand_in(module: str, optional: bool = False):
     ``srt/_custom_ops.py``, which swallows the ImportError and then fails with ``name 'sgl_kernel' is not
     defined``. ``optional``: a release without ``module`` at all needs nothing (returns None).
     """
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
@@ -147,8 +149,6 @@ class _NoImageProcessors:
 
 
 def _without_image_processor_registry() -> None:
-    import sys
-
     import sglang  # noqa: F401  (its package import may re-bind `transformers` in sys.modules: swap after it)
 
     transformers = sys.modules["transformers"]
@@ -190,8 +190,6 @@ def select_torch_native_rotary() -> None:
     # _is_cpu_amx_available`; the kernel is stored for forward_cuda only, and forward dispatch reads
     # srt/custom_op.py's own platform flags (no AMX here: forward_native). So the rotary module's AMX flag is
     # set too, where its constructor reads it; the rotation computed is forward_native's either way.
-    import inspect
-
     init = getattr(getattr(rotary_base, "RotaryEmbedding", None), "__init__", None)
     if init is not None and "_is_cpu_amx_available" in inspect.getsource(init):
         rotary_base._is_cpu_amx_available = True
@@ -236,8 +234,6 @@ _VLLM_LAYER_NAMES = {"vllm.model_executor.layers.layernorm": "sglang.srt.layers.
 def import_layers_without_vllm() -> None:
     """Import SGLang's layernorm/activation modules; on a release that reaches for vllm there, with the
     stand-ins above, for the duration of that import only."""
-    import importlib
-
     for module in _VLLM_LAYER_NAMES.values():
         try:
             importlib.import_module(module)
