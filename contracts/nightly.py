@@ -38,22 +38,16 @@ def pinned_spec() -> str:
 
 def engine_specs(newest: str, extra: list[str] | None) -> list[str]:
     """Newest first, then the pinned release, then every other release with a recipe (or ``extra``)."""
-    from contracts.engines.environments import measured_releases
+    from contracts.engines.environments import measured_releases, release_order
 
     versions = [newest, pinned_spec().partition("==")[2],
-                *(extra if extra is not None else sorted(measured_releases(), key=_order, reverse=True))]
+                *(extra if extra is not None else sorted(measured_releases(), key=release_order, reverse=True))]
     out = []
     for v in versions:
         v = v.partition("==")[2] if "==" in v else v
         if v not in out:
             out.append(v)
     return [f"sglang=={v}" for v in out]
-
-
-def _order(version: str):
-    from contracts.engines.environments import _key
-
-    return _key(version)
 
 
 def newly_failing(doc: dict, newest: str) -> list[dict]:

@@ -55,6 +55,7 @@ def test_a_worker_that_cannot_start_is_one_line(tmp_path):
 def test_worker_sees_only_this_package_not_this_environment(worker):
     """The worker's path holds a link to `contracts` alone: another release's environment must not import this
     environment's transformers/SGLang through it."""
+    worker.info()  # started (under xdist this test may be the first to use the worker)
     scratch = Path(worker._scratch)
     assert sorted(p.name for p in scratch.iterdir() if p.name != "stderr.log") == ["contracts"]
 

@@ -38,13 +38,13 @@ class EnvironmentBuildError(RuntimeError):
     """pip could not make the environment (the message ends with pip's last line)."""
 
 
-def _key(version: str) -> tuple[int, ...]:
+def release_order(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in version.replace(".post", ".").split("."))
 
 
 def recipe_for(name: str, version: str) -> Path:
     for first, last, recipe in RECIPES:
-        if _key(first) <= _key(version) <= _key(last):
+        if release_order(first) <= release_order(version) <= release_order(last):
             return RECIPE_DIR / recipe
     measured = ", ".join(first if first == last else f"{first}..{last}" for first, last, _ in RECIPES)
     raise EngineSpecError(f"no recipe for {name}=={version} (measured releases: {measured}; a new one is a file "
@@ -98,7 +98,8 @@ def _build(env: Path, recipe: Path, name: str, version: str) -> None:
                 last = (log.read_text().strip().splitlines() or ["?"])[-1]
                 shutil.rmtree(partial, ignore_errors=True)
                 raise EnvironmentBuildError(f"could not make the {name}=={version} environment ({last}); see {log}")
-    # venv scripts name their own path: build in place of the final directory, not by moving it
+    # Built under .partial so a crash never leaves a directory that looks ready; a venv names the directory
+    # it was made in (pyvenv.cfg, script shebangs), so those paths are rewritten after the move.
     if env.exists():
         shutil.rmtree(env)
     partial.rename(env)

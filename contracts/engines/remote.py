@@ -95,10 +95,13 @@ class WorkerEngine:
     def _read(self) -> dict:
         line = self._proc.stdout.readline()
         if not line:
+            try:  # its stdout is closed: it is exiting (wait for its status and last words rather than race them)
+                code = self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                code = None
             self._log.flush()
             self._log.seek(0)
             tail = self._log.read()[-1500:].strip().splitlines()[-1:] or ["(no output)"]
-            code = self._proc.poll()
             raise WorkerError(f"{self.spec} worker exited ({code}): {tail[0]}")
         try:
             return json.loads(line)
