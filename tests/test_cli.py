@@ -146,7 +146,7 @@ def test_bad_target_is_exit_2(tmp_path, capsys):
 @pytest.mark.parametrize("args,expected", [
     (["--only", "no-such-contract"], "unknown contract id(s): no-such-contract"),
     (["--engine", "vllm"], "unsupported engine 'vllm'"),
-    (["--engine", "sglang==0.1.0"], "no recipe for sglang==0.1.0 (measured releases: 0.5.3, 0.5.9, 0.5.12, 0.5.23"),
+    (["--engine", "sglang==0.1.0"], "no recipe for sglang==0.1.0 (measured releases: 0.5.3, 0.5.9, 0.5.12, 0.5.17, 0.5.23"),
     (["--engine", "sglang=="], "give a version after '=='"),
     (["--format", "yaml"], "invalid choice"),
 ])

@@ -82,7 +82,7 @@ def test_bad_engine_specs(spec):
 
 def test_a_release_without_a_recipe_is_refused_with_the_measured_list():
     assert recipe_for("sglang", "0.5.9").name == "sglang-0.5.9.txt"
-    with pytest.raises(EngineSpecError, match=r"no recipe for sglang==0.5.10 \(measured releases: 0.5.3, 0.5.9, 0.5.12, 0.5.23"):
+    with pytest.raises(EngineSpecError, match=r"no recipe for sglang==0.5.10 \(measured releases: 0.5.3, 0.5.9, 0.5.12, 0.5.17, 0.5.23"):
         recipe_for("sglang", "0.5.10")
 
 

@@ -96,34 +96,47 @@ def _publish_server_topology() -> None:
     # a local placeholder, never a hub id: 0.5.3 reads the served model's config while making ServerArgs
     args = _server_args = ServerArgs(model_path=str(_placeholder_model()), tp_size=1, ep_size=1, pp_size=1,
                                      device="cpu")
-    try:  # the process-wide runtime context (0.5.23; 0.5.17/0.5.20 lack SpawnRanks and are not supported)
-        from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish, reset_context
+    try:  # the process-wide runtime context (0.5.17 and later)
+        from sglang.srt import runtime_context
     except ImportError:  # the 0.5.x releases before it: module-level state set by the scheduler
         _publish_module_state(args)
         return
-    reset_context()
-    publish(args, role="test", ranks=SpawnRanks(world_rank=0))
-    get_parallel().override_permanently(world_group=parallel_state._WORLD)
+    runtime_context.reset_context()
+    spawn_ranks = getattr(runtime_context, "SpawnRanks", None)  # 0.5.23 records the spawn ranks; 0.5.17 does not
+    if spawn_ranks is None:
+        runtime_context.publish(args, role="test")
+        initialize_model_parallel(backend="gloo")
+        _initialize_dp_attention(args)  # 0.5.17: still ModelRunner's step (0.5.23 derives it from the context)
+        return
+    runtime_context.publish(args, role="test", ranks=spawn_ranks(world_rank=0))
+    runtime_context.get_parallel().override_permanently(world_group=parallel_state._WORLD)
     initialize_model_parallel(backend="gloo")
+
+
+def _initialize_dp_attention(args) -> None:
+    """DP attention's module state, as ``ModelRunner.init_torch_distributed`` makes it (DeepSeek-family layers
+    assert it ran). With DP attention off, the model config it takes only sizes a gathered buffer no one-rank
+    forward uses (and, on 0.5.17, asks whether the model is a hybrid): the placeholder model's config."""
+    import types
+
+    import torch
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+
+    initialize_dp_attention(args, types.SimpleNamespace(hidden_size=1, dtype=torch.float32,
+                                                        hf_config=types.SimpleNamespace()))
 
 
 def _publish_module_state(args) -> None:
     """0.5.9/0.5.12: a global ServerArgs (``set_global_server_args_for_scheduler``); 0.5.3: none (layers read
-    ``global_server_args_dict``'s defaults). Then the model-parallel groups and DP attention, as
-    ``ModelRunner.init_torch_distributed`` makes them (DeepSeek-family layers assert DP attention ran; with
-    it off, the model config only sizes a gathered buffer no one-rank forward uses)."""
-    import types
-
-    import torch
+    ``global_server_args_dict``'s defaults). Then the model-parallel groups and DP attention."""
     from sglang.srt import server_args as server_args_module
     from sglang.srt.distributed.parallel_state import initialize_model_parallel
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
 
     publish = getattr(server_args_module, "set_global_server_args_for_scheduler", None)
     if publish is not None:
         publish(args)
     initialize_model_parallel(backend="gloo")
-    initialize_dp_attention(args, types.SimpleNamespace(hidden_size=1, dtype=torch.float32))
+    _initialize_dp_attention(args)
 
 
 def server_args():
