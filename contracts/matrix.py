@@ -23,7 +23,7 @@ def run(subjects_by_engine: dict[str, list], only: list[str] | None = None) -> d
     for engine, subjects in subjects_by_engine.items():
         for subject in subjects:
             rep = report(subject, only)
-            rep["name"] = getattr(subject, "label", subject.name)
+            rep["name"] = subject.name
             rep["engine_spec"] = engine
             rep["trainer"] = subject.trainer_name
             reports.append(rep)
@@ -33,13 +33,14 @@ def run(subjects_by_engine: dict[str, list], only: list[str] | None = None) -> d
 def document(reports: list[dict]) -> dict:
     """The matrix as JSON: engines, subjects, contracts and one cell per (subject, engine, contract)."""
     contracts = [c for c in all_contracts() if any(r["contract"] == c for rep in reports for r in rep["results"])]
-    engines, subjects, cells = [], [], []
+    engines, subjects, cells, deployable = [], [], [], {}
     for rep in reports:
         engine = f"{rep['engine']['name']}=={rep['engine']['version']}"
         if engine not in engines:
             engines.append(engine)
         if rep["name"] not in subjects:
             subjects.append(rep["name"])
+        deployable.setdefault(rep["name"], {})[engine] = all(r["status"] != FAIL for r in rep["results"])
         for r in rep["results"]:
             cell = {"subject": rep["name"], "trainer": rep.get("trainer"), "engine": engine,
                     "contract": r["contract"], "status": r["status"], "summary": r["summary"]}
@@ -47,11 +48,6 @@ def document(reports: list[dict]) -> dict:
                 cell["root_cause"] = r.get("root_cause", True)
                 cell["follows_from"] = r.get("follows_from", [])
             cells.append(cell)
-    deployable = {}
-    for rep in reports:
-        engine = f"{rep['engine']['name']}=={rep['engine']['version']}"
-        ok = all(r["status"] != FAIL for r in rep["results"])
-        deployable.setdefault(rep["name"], {})[engine] = ok
     return {"engines": engines, "subjects": subjects, "contracts": contracts, "cells": cells,
             "deployable": deployable, "reports": reports}
 

@@ -77,16 +77,17 @@ def environment_for(name: str, version: str) -> Path:
 
 
 def _build(env: Path, recipe: Path, name: str, version: str) -> None:
-    partial = env.with_name(env.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    """Make the environment in place (the caller holds its lock); only a finished one gets its ``ready`` mark,
+    so a crash leaves a directory that is rebuilt, never one that looks ready."""
+    shutil.rmtree(env, ignore_errors=True)
     log = env.with_name(env.name + ".log")
     print(f"eagle3-contracts: making the {name}=={version} environment once (cached in {env}; log {log})",
           file=sys.stderr, flush=True)
     steps = [
-        [sys.executable, "-m", "venv", str(partial)],
-        [str(partial / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        [sys.executable, "-m", "venv", str(env)],
+        [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          "-r", str(recipe)],
-        [str(partial / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          "--no-deps", f"{name}=={version}"],
     ]
     with open(log, "w") as out:
@@ -97,24 +98,6 @@ def _build(env: Path, recipe: Path, name: str, version: str) -> None:
             if done.returncode:
                 out.flush()
                 last = (log.read_text().strip().splitlines() or ["?"])[-1]
-                shutil.rmtree(partial, ignore_errors=True)
+                shutil.rmtree(env, ignore_errors=True)
                 raise EnvironmentBuildError(f"could not make the {name}=={version} environment ({last}); see {log}")
-    # Built under .partial so a crash never leaves a directory that looks ready; a venv names the directory
-    # it was made in (pyvenv.cfg, script shebangs), so those paths are rewritten after the move.
-    if env.exists():
-        shutil.rmtree(env)
-    partial.rename(env)
-    _fix_venv_paths(env, partial)
     (env / "ready").write_text(f"{name}=={version}\n{recipe.name}\n")
-
-
-def _fix_venv_paths(env: Path, built_at: Path) -> None:
-    """A venv's pyvenv.cfg and scripts name the directory it was made in; point them at where it now lives."""
-    for path in [env / "pyvenv.cfg", *(env / "bin").iterdir()]:
-        if path.is_file() and not path.is_symlink():
-            try:
-                text = path.read_text()
-            except UnicodeDecodeError:
-                continue
-            if str(built_at) in text:
-                path.write_text(text.replace(str(built_at), str(env)))
