@@ -2,8 +2,12 @@
 dtypes of its tensors, read from safetensors headers without loading the weights.
 
 Every way a directory can be unusable ends in ``InputError`` with one line a user can act on (the CLI
-prints it and exits 2). Nothing here writes anywhere, and pickle-based weight files are never opened:
-unpickling an untrusted ``.bin``/``.pt`` runs arbitrary code.
+prints it and exits 2). Nothing here writes anywhere. Pickle weights (``pytorch_model.bin`` as the EAGLE-3
+authors publish them, sharded through ``pytorch_model.bin.index.json``, or ``*.pt``) are read only as SGLang
+and vLLM read them, through torch's restricted unpickler (``weights_only=True``: tensors and plain containers,
+never an arbitrary callable), memory-mapped where the file format allows; a pickle that needs anything else is
+refused before any of it runs. ``config.json`` is read as the engines read it (Python's ``json``: the last of
+duplicated keys wins), and the keys it shadowed are kept for the ``config`` contract to report.
 """
 
 from __future__ import annotations
@@ -11,11 +15,15 @@ from __future__ import annotations
 import json
 import math
 import struct
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+# Pickle weight files the engines read when a directory has no safetensors (SGLang's and vLLM's default loaders:
+# ``*.bin``, else ``*.pt``), less the training leftovers their loaders skip (``filter_files_not_needed_for_inference``).
+TORCH_WEIGHT_SUFFIXES = (".bin", ".pt")
+NOT_WEIGHTS = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
 # safetensors dtype tags -> torch dtype names
 SAFETENSORS_DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -62,7 +70,9 @@ class TensorInfo:
         return math.prod(self.shape)
 
 
-def _load_json(path: Path, what: str) -> dict:
+def _load_json(path: Path, what: str, shadowed: list | None = None) -> dict:
+    """A JSON object as Python's ``json`` (and so transformers and the engines) reads it: a key given twice keeps
+    its last value. Each shadowed value is appended to ``shadowed`` as ``(key, shadowed value, value kept)``."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -70,21 +80,86 @@ def _load_json(path: Path, what: str) -> dict:
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read {what}: {e}") from None
 
-    def no_duplicates(pairs):
+    def last_wins(pairs):
         seen = {}
         for k, v in pairs:
-            if k in seen:
-                raise InputError(f"{path}: invalid {what}: key {k!r} appears twice")
+            if k in seen and shadowed is not None:
+                shadowed.append((k, seen[k], v))
             seen[k] = v
         return seen
 
     try:
-        data = json.loads(text, object_pairs_hook=no_duplicates)
+        data = json.loads(text, object_pairs_hook=last_wins)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: invalid JSON in {what}: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise InputError(f"{path}: invalid JSON in {what}: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
     return data
+
+
+_TORCH_FILES: dict[Path, dict] = {}  # pickle weight file -> its tensors (memory-mapped where the format allows)
+
+
+def read_torch_weights(path: Path) -> dict:
+    """The tensors of one pickle weight file, through torch's restricted unpickler only (``weights_only=True``,
+    as SGLang's and vLLM's ``pt_weights_iterator``), memory-mapped when the file is in torch's zip format (memory
+    stays bounded: a tensor's bytes are read when it is sliced). Anything but a flat ``{name: tensor}`` mapping,
+    or a pickle that needs more than tensors and plain containers, is an ``InputError``; nothing of it runs."""
+    path = Path(path)
+    if path in _TORCH_FILES:
+        return _TORCH_FILES[path]
+    import pickle
+    import zipfile
+
+    import torch
+
+    try:
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": stderr stays the CLI's one line
+            warnings.simplefilter("ignore")
+            data = torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as e:
+        # torch's message names what the pickle asked for ("Unsupported global: GLOBAL builtins.open ...")
+        # (its advice to retry with weights_only=False or to allow the global is never what a user should do)
+        tail = str(e).partition("WeightsUnpickler error:")[2]
+        reason = next((ln.strip() for ln in tail.splitlines() if ln.strip()), "not a plain tensor pickle")
+        reason = reason.split(". Please use")[0]
+        raise InputError(f"{path}: refused by torch's restricted unpickler (weights_only=True), nothing in it was "
+                         f"run: {reason[:200]}") from None
+    except Exception as e:  # truncated zip, bad magic number, not a torch file at all
+        raise InputError(f"{path}: not a readable torch weight file: {type(e).__name__}: "
+                         f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}") from None
+    if not isinstance(data, dict) or not data:
+        raise InputError(f"{path}: a torch weight file must hold a {{name: tensor}} mapping, got "
+                         f"{type(data).__name__}")
+    for name, value in data.items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            raise InputError(f"{path}: entry {name!r} is a {type(value).__name__}, not a tensor")
+    _TORCH_FILES[path] = data
+    return data
+
+
+def tensor_rows(path: Path, name: str):
+    """A lazily sliced view of tensor NAME in one weight file: ``view[a:b]`` reads only those rows, and
+    ``shape`` is its shape (safetensors ``get_slice``; a memory-mapped torch tensor)."""
+    if Path(path).suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            view = f.get_slice(name)
+            return _Rows(view, tuple(view.get_shape()))
+    tensor = read_torch_weights(Path(path))[name]
+    return _Rows(tensor, tuple(tensor.shape))
+
+
+@dataclass
+class _Rows:
+    view: object
+    shape: tuple
+
+    def __getitem__(self, index):
+        return self.view[index]
 
 
 def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
@@ -159,6 +234,8 @@ class Checkpoint:
     path: Path
     config: dict
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    # config.json keys given more than once: (key, shadowed value, value kept), in file order
+    config_duplicates: list[tuple] = field(default_factory=list)
 
     @classmethod
     def open(cls, path, *, require_weights: bool = True) -> "Checkpoint":
@@ -167,39 +244,33 @@ class Checkpoint:
             raise InputError(f"{path}: no such directory")
         if not path.is_dir():
             raise InputError(f"{path}: not a directory (give the checkpoint directory, not a file)")
-        config = _load_json(path / "config.json", "config.json")
+        duplicates: list = []
+        config = _load_json(path / "config.json", "config.json", duplicates)
         tensors = cls._read_tensors(path) if require_weights else cls._read_tensors_optional(path)
-        return cls(path=path, config=config, tensors=tensors)
+        return cls(path=path, config=config, tensors=tensors, config_duplicates=duplicates)
 
     @staticmethod
     def _weight_files(path: Path) -> list[Path]:
-        index = path / "model.safetensors.index.json"
-        if index.exists():
-            weight_map = _load_json(index, "model.safetensors.index.json").get("weight_map")
-            if not isinstance(weight_map, dict) or not weight_map:
-                raise InputError(f"{index}: no weight_map")
-            files = []
-            for name in sorted(set(weight_map.values())):
-                if not isinstance(name, str) or "/" in name or name.startswith("."):
-                    raise InputError(f"{index}: invalid shard file name {name!r}")
-                if not (path / name).is_file():
-                    raise InputError(f"{index}: shard {name} is missing")
-                files.append(path / name)
-            return files
-        return sorted(p for p in path.glob("*.safetensors") if p.is_file())
+        """The weight files an engine reads, in its order of preference: safetensors (through their index when
+        there is one), else pickle ``*.bin`` (through ``pytorch_model.bin.index.json``), else ``*.pt``."""
+        for index_name, suffix in (("model.safetensors.index.json", ".safetensors"),
+                                   ("pytorch_model.bin.index.json", ".bin")):
+            index = path / index_name
+            if index.exists():
+                return _indexed_files(index, index_name)
+            files = sorted(p for p in path.glob(f"*{suffix}") if p.is_file() and p.name not in NOT_WEIGHTS)
+            if files:
+                return files
+        return sorted(p for p in path.glob("*.pt") if p.is_file() and p.name not in NOT_WEIGHTS)
 
     @classmethod
     def _read_tensors(cls, path: Path) -> dict[str, TensorInfo]:
         files = cls._weight_files(path)
         if not files:
-            pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
-            if pickles:
-                raise InputError(f"{path}: only pickle-based weights ({', '.join(pickles)}); eagle3-contracts never "
-                                 f"unpickles untrusted files: save the draft as safetensors")
-            raise InputError(f"{path}: no *.safetensors weights")
+            raise InputError(f"{path}: no weights (*.safetensors, or pickle *.bin / *.pt)")
         tensors: dict[str, TensorInfo] = {}
         for f in files:
-            for name, info in read_safetensors_header(f).items():
+            for name, info in _file_tensors(f).items():
                 if name in tensors:
                     raise InputError(f"{path}: tensor {name!r} appears in both {tensors[name].file} and {f.name}")
                 tensors[name] = info
@@ -225,14 +296,17 @@ class Checkpoint:
 
     def load_tensor(self, name: str):
         """Read one tensor (used for the small ones, and for tiny drafts' load tracing)."""
+        info = self.tensors[name]
+        path = self.path / info.file
+        if path.suffix != ".safetensors":
+            return read_torch_weights(path)[name]
         from safetensors import safe_open
 
-        info = self.tensors[name]
         try:
-            with safe_open(str(self.path / info.file), framework="pt") as f:
+            with safe_open(str(path), framework="pt") as f:
                 return f.get_tensor(name)
         except Exception as e:  # safetensors' own refusal of a file the header check let through
-            raise InputError(f"{self.path / info.file}: unreadable safetensors file: {e}") from None
+            raise InputError(f"{path}: unreadable safetensors file: {e}") from None
 
     def iter_tensors(self):
         """Every tensor, file by file, as (name, tensor)."""
@@ -242,6 +316,11 @@ class Checkpoint:
         for name, info in self.tensors.items():
             by_file.setdefault(info.file, []).append(name)
         for file, names in sorted(by_file.items()):
+            if not file.endswith(".safetensors"):
+                weights = read_torch_weights(self.path / file)
+                for name in names:
+                    yield name, weights[name]
+                continue
             try:
                 handle = safe_open(str(self.path / file), framework="pt")
             except Exception as e:
@@ -249,3 +328,26 @@ class Checkpoint:
             with handle as f:
                 for name in names:
                     yield name, f.get_tensor(name)
+
+
+def _indexed_files(index: Path, what: str) -> list[Path]:
+    """The shard files a ``*.index.json`` names, each one present in the directory."""
+    weight_map = _load_json(index, what).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise InputError(f"{index}: no weight_map")
+    files = []
+    for name in sorted(set(weight_map.values()), key=str):
+        if not isinstance(name, str) or "/" in name or name.startswith("."):
+            raise InputError(f"{index}: invalid shard file name {name!r}")
+        if not (index.parent / name).is_file():
+            raise InputError(f"{index}: shard {name} is missing")
+        files.append(index.parent / name)
+    return files
+
+
+def _file_tensors(path: Path) -> dict[str, TensorInfo]:
+    """Names, shapes and dtypes of one weight file (a safetensors header, or a restricted, mapped torch load)."""
+    if path.suffix == ".safetensors":
+        return read_safetensors_header(path)
+    return {name: TensorInfo(name, tuple(t.shape), str(t.dtype).removeprefix("torch."), path.name)
+            for name, t in read_torch_weights(path).items()}

@@ -1,8 +1,8 @@
 """Chunked checksums of 2-D weight tensors (embeddings, heads) with bounded memory.
 
 Serves ``embed-head``: the engine side fingerprints the tensors the draft really holds after the engine's
-wiring; the check fingerprints the checkpoint's and the target's tensors from their safetensors files, row
-chunk by row chunk (``safe_open(...).get_slice``), and compares. A fingerprint is taken in one dtype (the
+wiring; the check fingerprints the checkpoint's and the target's tensors from their weight files, row
+chunk by row chunk (safetensors ``get_slice``, or a memory-mapped torch tensor), and compares. A fingerprint is taken in one dtype (the
 dtype the engine serves the tensor in), so a match is bit-exact after the engine's own cast. Neither side
 ever holds more than one chunk of a file tensor (about ``CHUNK_ELEMENTS`` values) beyond what it already has.
 """
@@ -30,15 +30,14 @@ def tensor_chunks(tensor, chunk_rows: int, rows: int | None = None) -> Iterator:
 
 
 def file_chunks(path: Path, name: str, chunk_rows: int, rows: int | None = None) -> Iterator:
-    """Row chunks of tensor NAME in one safetensors file, read lazily with ``get_slice``."""
-    from safetensors import safe_open
+    """Row chunks of tensor NAME in one weight file, read lazily (``contracts.checkpoint.tensor_rows``)."""
+    from contracts.checkpoint import tensor_rows
 
-    with safe_open(str(path), framework="pt") as f:
-        sl = f.get_slice(name)
-        total = sl.get_shape()[0]
-        rows = total if rows is None else min(rows, total)
-        for start in range(0, rows, chunk_rows):
-            yield sl[start:min(start + chunk_rows, rows)]
+    sl = tensor_rows(path, name)
+    total = sl.shape[0]
+    rows = total if rows is None else min(rows, total)
+    for start in range(0, rows, chunk_rows):
+        yield sl[start:min(start + chunk_rows, rows)]
 
 
 def _dtype(name: str):
@@ -81,10 +80,10 @@ def compare_file_tensors(a: tuple[Path, str], b: tuple[Path, str], as_dtype: str
     how many rows differ, the first of them, and the largest absolute difference."""
     import torch
 
-    from contracts.checkpoint import read_safetensors_header
+    from contracts.checkpoint import tensor_rows
 
-    shape_a = list(read_safetensors_header(a[0])[a[1]].shape)
-    shape_b = list(read_safetensors_header(b[0])[b[1]].shape)
+    shape_a = list(tensor_rows(*a).shape)
+    shape_b = list(tensor_rows(*b).shape)
     if shape_a != shape_b:
         return {"comparable": False, "shapes": [shape_a, shape_b]}
     rows = chunk_rows_for(shape_a)

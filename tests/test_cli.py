@@ -110,16 +110,24 @@ def _pickle_only(tmp_path, suffix):
     return d
 
 
+def _torch_file_of_lists(tmp_path):
+    d = tmp_path / "lists"
+    d.mkdir()
+    shutil.copy(DRAFTS["specforge"] / "config.json", d)
+    torch.save({"fc.weight": [0.0]}, d / "pytorch_model.bin")
+    return d
+
+
 BAD_INPUTS = {
     "missing directory": (lambda t: t / "nope", "no such directory"),
     "a file, not a directory": (lambda t: DRAFTS["specforge"] / "config.json", "not a directory"),
     "no config.json": (lambda t: (t / "empty").mkdir() or t / "empty", "no config.json"),
     "invalid JSON": (lambda t: _with_config(t, "{not json", "badjson"), "invalid JSON in config.json"),
     "config not an object": (lambda t: _with_config(t, "[1, 2]", "list"), "must be a JSON object"),
-    "duplicate config key": (lambda t: _with_config(t, '{"a": 1, "a": 2}', "dup"), "key 'a' appears twice"),
     "truncated safetensors": (_truncated, "truncated"),
-    "pickle .bin": (lambda t: _pickle_only(t, ".bin"), "never unpickles"),
-    "pickle .pt": (lambda t: _pickle_only(t, ".pt"), "never unpickles"),
+    "plain pickle .bin": (lambda t: _pickle_only(t, ".bin"), "refused by torch's restricted unpickler"),
+    "plain pickle .pt": (lambda t: _pickle_only(t, ".pt"), "refused by torch's restricted unpickler"),
+    "torch file of lists": (lambda t: _torch_file_of_lists(t), "entry 'fc.weight' is a list, not a tensor"),
 }
 
 

@@ -1,6 +1,7 @@
 """Inputs that cannot hurt: a fuzzed checkpoint (header lengths, offsets, dtypes, shapes, JSON, duplicate
 config keys, NaN in d2t) always ends in exit 2 with one line, or in a contract verdict — never a
-traceback or an internal error; pickles are never unpickled; the checkpoint directory is never written."""
+traceback or an internal error; pickle weights are read only through torch's restricted unpickler, so a harmful
+one never runs; the checkpoint directory is never written."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
@@ -145,22 +147,29 @@ class _CreatesAFile:
         return (open, (self.path, "w"))
 
 
-def test_pickles_are_never_unpickled(tmp_path, capsys):
+@pytest.mark.parametrize("writer", ["pickle", "torch.save"])
+def test_harmful_pickles_are_refused_and_never_run(tmp_path, capsys, writer):
     marker = tmp_path / "unpickled-marker"
-    payload = pickle.dumps({"fc.weight": _CreatesAFile(str(marker))})
+    harmful = {"fc.weight": _CreatesAFile(str(marker))}
     only_pickle = tmp_path / "only-pickle"
     only_pickle.mkdir()
     shutil.copy(DRAFTS["specforge"] / "config.json", only_pickle)
-    (only_pickle / "pytorch_model.bin").write_bytes(payload)
+    if writer == "pickle":
+        (only_pickle / "pytorch_model.bin").write_bytes(pickle.dumps(harmful))
+    else:
+        torch.save(harmful, only_pickle / "pytorch_model.bin")
     beside = tmp_path / "beside"
     shutil.copytree(DRAFTS["specforge"], beside)
-    (beside / "training_state.pt").write_bytes(payload)
+    shutil.copy(only_pickle / "pytorch_model.bin", beside / "training_state.pt")  # safetensors win: never opened
+    before = tree_digest(only_pickle)
     assert main(["check", str(only_pickle)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "refused by torch's restricted unpickler (weights_only=True)" in err
     assert main(["check", str(beside), "--only", "key-naming"]) == 0
     capsys.readouterr()
-    assert not marker.exists()
+    assert not marker.exists() and tree_digest(only_pickle) == before
     # the payload really is harmful: unpickling it here would create the marker
-    pickle.loads(payload)
+    pickle.loads(pickle.dumps(harmful))
     assert marker.exists()
 
 
