@@ -85,6 +85,7 @@ class LoadObservation(Observation):
     device: str = "cpu"  # "cpu": values traced with a NaN sentinel; "meta": copy regions counted, no values
     hot_token_id: list | None = None  # the engine's draft->target map, exactly as it computed it
     hot_token_id_dtype: str | None = None
+    is_eagle3_draft: bool | None = None  # draft_class is an EAGLE-3 draft class (not e.g. the target's LlamaForCausalLM)
 
     @classmethod
     def from_dict(cls, d: dict) -> "LoadObservation":

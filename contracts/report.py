@@ -68,6 +68,8 @@ def render_text(reports: list[dict]) -> str:
         out.append(f"{rep.get('name') or rep['checkpoint']}  ({rep['trainer_format']} checkpoint, "
                    f"target {rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
                    f"{rep['duration_s']:.1f}s)")
+        if rep.get("judged_as"):
+            out.append(f"  judged in its converted form, as `{rep['judged_as']['command']}` writes it")
         for r in rep["results"]:
             out.append(f"  {MARK[r['status']]}  {r['contract']}{cause(r)}: {r['summary']}")
             if r["status"] in (FAIL, WARN):
@@ -85,7 +87,9 @@ def render_markdown(reports: list[dict]) -> str:
     out = []
     for rep in reports:
         out.append(f"### {rep.get('name') or rep['checkpoint']}\n")
-        out.append(f"engine {rep['engine']['name']} {rep['engine']['version']}, {rep['trainer_format']} checkpoint\n")
+        out.append(f"engine {rep['engine']['name']} {rep['engine']['version']}, {rep['trainer_format']} checkpoint"
+                   + (f", judged in its converted form (`{rep['judged_as']['command']}`)" if rep.get("judged_as") else "")
+                   + "\n")
         out.append("| contract | status | summary | fix |\n|---|---|---|---|")
         for r in rep["results"]:
             cells = [r["contract"], MARK[r["status"]] + cause(r), r["summary"], r.get("fix") or ""]

@@ -23,6 +23,11 @@ class EngineRefused(Exception):
     """The engine's own code refused to build the draft for this checkpoint (an observation, not a crash)."""
 
 
+class NotADraft(EngineRefused):
+    """The engine dispatches the draft config to a class that is no EAGLE-3 draft (e.g. a draft published under
+    ``LlamaForCausalLM``): judged by ``config``; the contracts that read the loaded draft would only restate it."""
+
+
 class TargetRefused(Exception):
     """The engine's own code refused to build the target model (the contracts that need it skip)."""
 
@@ -60,7 +65,7 @@ class Subject:
     @cached_property
     def engine_dir(self) -> Path:
         """The directory the engine reads: the checkpoint itself, or its converted copy for speculators."""
-        if self.trainer_format != "speculators":
+        if not self.converted:
             return self.checkpoint_path
         from contracts.convert import convert_to_sglang
 
@@ -85,11 +90,36 @@ class Subject:
 
     @property
     def load(self):
-        """The engine's ``LoadObservation``; raises ``EngineRefused`` when the engine cannot build the draft."""
+        """The engine's ``LoadObservation``; raises ``EngineRefused`` when the engine cannot build the draft, and
+        ``NotADraft`` when what it builds is no EAGLE-3 draft class."""
         observation, refusal = self._load
         if refusal is not None:
             raise EngineRefused(refusal)
+        if observation.is_eagle3_draft is False:
+            engine = observation.engine
+            raise NotADraft(f"{engine['name']} {engine['version']} dispatches architectures "
+                            f"{observation.config.get('architectures')} to {observation.draft_class}, which is no "
+                            f"EAGLE-3 draft class")
         return observation
+
+    @property
+    def converted(self) -> bool:
+        """The engine reads a converted copy (a speculators checkpoint), not the directory as saved."""
+        return self.trainer_format == "speculators"
+
+    def convert_command(self) -> str:
+        import shlex
+
+        src = str(self.checkpoint_path).rstrip("/")
+        return f"eagle3-contracts convert --to sglang {shlex.quote(src)} {shlex.quote(src + '-sglang')}"
+
+    @cached_property
+    def saved_config_obs(self):
+        """The engine's ``ConfigObservation`` of the checkpoint as saved (only asked for a converted one): can the
+        engine dispatch it at all without the conversion?"""
+        from contracts.checks.config import trained_config
+
+        return self.adapter.config(self.checkpoint_path, trained_config(self.checkpoint.config), {}, None)
 
     @property
     def trainer_name(self) -> str | None:
@@ -131,10 +161,15 @@ class Subject:
 
         from contracts.checks.config import switches_in, trained_config
 
+        from contracts.engines.sglang import EngineBuildError
+
         flat = json.loads((self.engine_dir / "config.json").read_text())
         original = self.checkpoint.config
-        return self.adapter.config(self.engine_dir, trained_config(original), switches_in(flat, original),
-                                   self.target.config if self.target is not None else None)
+        try:
+            return self.adapter.config(self.engine_dir, trained_config(original), switches_in(flat, original),
+                                       self.target.config if self.target is not None else None)
+        except EngineBuildError as e:  # dispatched, then refused while building (e.g. a missing config key)
+            raise EngineRefused(str(e)) from None
 
     def ignored_switches(self) -> list[str]:
         """Switches the checkpoint sets to true that the engine ignores (from the config observation)."""
@@ -165,27 +200,36 @@ class Subject:
     def embed_head(self):
         """The engine's ``WiringObservation`` (the draft after the worker's embed/head wiring to the target);
         raises ``EngineRefused`` / ``TargetRefused`` when the engine cannot build the draft / the target."""
+        self.load  # noqa: B018  (a refused or non-draft build is reported once, by the contract that meets it first)
         observation, refusal = self._embed_head
         if refusal is not None:
             raise refusal
         return observation
 
     def run(self, only: list[str] | None = None) -> list[Result]:
+        from contracts.refusals import DRAFT_ARCHITECTURE_FIX, fix_for_refusal
+
+        selected = select(only)
+        judged_by_config = "config" in {c.id for c in selected}
         results, refused_in = [], None
-        for c in select(only):
+        for c in selected:
             try:
                 results.append(c.check(self))
             except EngineRefused as e:
                 # The root cause is reported once, as a failure; contracts that need the same engine
                 # model are skipped with a pointer to it rather than repeating it as failures of their own.
-                if refused_in is None:
+                # A non-draft dispatch is config's finding whenever config runs.
+                owner = "config" if isinstance(e, NotADraft) and judged_by_config else refused_in
+                if owner is None:
                     refused_in = c.id
+                    fix = DRAFT_ARCHITECTURE_FIX if isinstance(e, NotADraft) else \
+                        fix_for_refusal(str(e), self.checkpoint.config, self.checkpoint.tensors)
                     results.append(Result(c.id, FAIL, f"the engine cannot build this draft: {e}",
-                                          {"engine_error": str(e)},
-                                          "make config.json name an EAGLE-3 draft class the engine knows "
-                                          "(for SGLang: architectures [\"LlamaForCausalLMEagle3\"])"))
+                                          {"engine_error": str(e)}, fix))
                 else:
-                    results.append(Result(c.id, SKIP, f"not judged: the engine cannot build this draft (see {refused_in})",
+                    what = "builds no EAGLE-3 draft for this config" if isinstance(e, NotADraft) else \
+                        "cannot build this draft"
+                    results.append(Result(c.id, SKIP, f"not judged: the engine {what} (see {owner})",
                                           {"engine_error": str(e)}))
         return mark_causes(results)
 
@@ -209,7 +253,7 @@ def report(subject: Subject, only: list[str] | None = None) -> dict:
     start = time.perf_counter()
     try:
         results = subject.run(only)
-        return {
+        doc = {
             "checkpoint": str(subject.checkpoint_path),
             "target": None if subject.target_path is None else str(subject.target_path),
             "engine": subject.engine_info(),
@@ -217,8 +261,11 @@ def report(subject: Subject, only: list[str] | None = None) -> dict:
             "results": [r.to_dict() for r in results],
             "duration_s": round(time.perf_counter() - start, 3),
         }
+        if subject.converted:  # every verdict is for the form a user's conversion writes, not the saved one
+            doc["judged_as"] = {"form": "converted", "command": subject.convert_command()}
+        return doc
     finally:
         subject.close()
 
 
-__all__ = ["EngineRefused", "InputError", "Subject", "TargetRefused", "report"]
+__all__ = ["EngineRefused", "InputError", "NotADraft", "Subject", "TargetRefused", "report"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from contracts.checkpoint import rope_of, text_config
+from contracts.refusals import DRAFT_ARCHITECTURE_FIX
 from contracts.registry import FAIL, PASS, WARN, Result, contract
 
 # Boolean switches whose default is false in the trainers and the engine. Which of them the engine honours
@@ -50,16 +51,20 @@ def check_config(subject) -> Result:
     ev.pop("engine", None)
     version = obs.engine.get("version")
     problems, warnings, fixes = [], [], []
-    convert_fix = ('set architectures: ["LlamaForCausalLMEagle3"] (for a speculators checkpoint: '
-                   "eagle3-contracts convert --to sglang SRC DST)")
 
     if obs.dispatch_error:
         problems.append(f"SGLang {version} cannot dispatch architectures {flat.get('architectures')}: "
                         f"{obs.dispatch_error[:300]}")
-        fixes.append(convert_fix)
+        fixes.append(DRAFT_ARCHITECTURE_FIX)
     elif not obs.is_eagle3_draft:
-        problems.append(f"architectures {obs.architectures} dispatch to {obs.draft_class}, not an EAGLE-3 draft class")
-        fixes.append(convert_fix)
+        problems.append(f"SGLang {version} dispatches architectures {obs.architectures} to {obs.draft_class}, a "
+                        f"non-draft class: it would serve the checkpoint as a plain model, without fc, d2t or the "
+                        f"target's aux hidden states")
+        fixes.append(DRAFT_ARCHITECTURE_FIX)
+    # (warning, fix) pairs of the config file itself, before the differences from the target
+    own = _as_saved(subject, version, ev) + _duplicate_keys(subject, ev)
+    warnings += [w for w, _ in own]
+    warn_fixes = [f for _, f in own]
 
     for key, s in obs.switches.items():
         if s["value"] is True and not s["honoured"]:
@@ -103,11 +108,38 @@ def check_config(subject) -> Result:
                         f"{obs.rope['trained']} ({obs.rope.get('trained_class')}), applied {obs.rope['applied']}")
         fixes.append("carry the trainer's rope_theta and rope_scaling/rope_parameters into the config the engine reads")
 
+    if len(warnings) > len(own):
+        warn_fixes.append("confirm these differences from the target are intended (serve with --dtype to align dtypes)")
     if problems:
-        return Result("config", FAIL, "; ".join(problems + warnings), ev, "; ".join(dict.fromkeys(fixes)))
+        return Result("config", FAIL, "; ".join(problems + warnings), ev, "; ".join(dict.fromkeys(fixes + warn_fixes)))
     if warnings:
-        return Result("config", WARN, "; ".join(warnings), ev,
-                      "confirm these differences from the target are intended (serve with --dtype to align dtypes)")
+        return Result("config", WARN, "; ".join(warnings), ev, "; ".join(warn_fixes))
     honoured = [k for k, s in obs.switches.items() if s["honoured"]]
     return Result("config", PASS, f"dispatches to {obs.draft_class}; switches honoured: {honoured or 'none set'}; "
                   f"sizes agree with the target", ev)
+
+
+def _as_saved(subject, version, ev: dict) -> list[tuple[str, str]]:
+    """A converted checkpoint (speculators) is judged in the form the conversion writes: say whether the engine
+    could serve the saved form at all (its own dispatch of the saved config), and how to get the judged form."""
+    if not subject.converted:
+        return []
+    saved = subject.saved_config_obs
+    saved_archs = subject.checkpoint.config.get("architectures")
+    ev["as_saved"] = {"architectures": saved_archs, "dispatch_error": saved.dispatch_error,
+                      "draft_class": saved.draft_class, "judged_form": subject.convert_command()}
+    if saved.is_eagle3_draft and not saved.dispatch_error:
+        return []
+    why = (saved.dispatch_error or f"it dispatches to {saved.draft_class}, no EAGLE-3 draft class")[:200]
+    return [(f"SGLang {version} cannot serve this checkpoint as saved (architectures {saved_archs}: {why}); every "
+             f"verdict here is for its converted form", f"serve the converted form: {subject.convert_command()}")]
+
+
+def _duplicate_keys(subject, ev: dict) -> list[tuple[str, str]]:
+    """Keys config.json gives twice: the engines read the last value (Python's json), the earlier is shadowed."""
+    dups = subject.checkpoint.config_duplicates
+    if not dups:
+        return []
+    ev["duplicate_keys"] = [{"key": k, "shadowed": old, "read": new} for k, old, new in dups]
+    return [(f"config.json gives {k!r} twice: the engine reads the last value {json.dumps(new)}; the earlier "
+             f"{json.dumps(old)} is shadowed", f"keep one {k!r} in config.json") for k, old, new in dups]

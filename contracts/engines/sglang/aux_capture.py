@@ -326,8 +326,11 @@ def _observe_draft(obs: AuxCaptureObservation, tiny_draft: Path, captured) -> No
     except EngineBuildError as e:
         obs.draft_forward_error = str(e)
         return
+    fc = getattr(getattr(draft, "model", None), "fc", None)
+    if fc is None:  # the config dispatches to a class that is no EAGLE-3 draft (judged by `config`)
+        obs.draft_forward_error = f"the engine builds {type(draft).__name__} for this draft config, which has no fc"
+        return
     init_random(draft)
-    fc = draft.model.fc
     obs.fc_in_features = int(fc.in_features)
     calls = []
     handle = fc.register_forward_hook(lambda module, inputs, output: calls.append(int(inputs[0].shape[-1])))

@@ -22,7 +22,7 @@ from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward
 from contracts.engines.sglang.aux_capture import scale_draft
 from contracts.engines.sglang.loader import (META_ABOVE_ELEMENTS, EngineBuildError, _LoadTracer, build_model,
-                                             checkpoint_elements, model_config)
+                                             checkpoint_elements, is_eagle3_draft_class, model_config)
 from contracts.observations import ConfigObservation, TensorFate
 
 SEED = 1234
@@ -131,7 +131,7 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
         obs.architectures = list(mc.hf_config.architectures or [])
         cls, _ = get_model_architecture(mc)  # what the model loader dispatches on
         obs.draft_class = cls.__name__
-        obs.is_eagle3_draft = hasattr(cls, "get_hot_token_id") and "Eagle3" in cls.__name__
+        obs.is_eagle3_draft = is_eagle3_draft_class(cls)
         obs.engine_dtype = str(mc.dtype).removeprefix("torch.")
     except (EngineBuildError, Exception) as e:  # the engine's own refusal is the observation
         obs.dispatch_error = f"{type(e).__name__}: {e}"

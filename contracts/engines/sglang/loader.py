@@ -42,6 +42,12 @@ class EngineBuildError(Exception):
     """SGLang itself refused to build the draft model for this config."""
 
 
+def is_eagle3_draft_class(cls) -> bool:
+    """An EAGLE-3 draft class of the engine (it maps draft ids through ``hot_token_id``), not a target class such
+    as ``LlamaForCausalLM``, which a draft published under the base architecture dispatches to."""
+    return hasattr(cls, "get_hot_token_id") and "Eagle3" in cls.__name__
+
+
 def model_config(engine_dir: Path, dtype: str = "auto"):
     """The draft's ``ModelConfig`` made by SGLang's own config handling (as for ``--speculative-draft-model-path``;
     ``dtype`` as ``--dtype``)."""
@@ -303,6 +309,7 @@ def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = N
         load_error=load_error,
         hot_token_id=None if hot is None else hot.tolist(),
         hot_token_id_dtype=None if hot is None else str(hot.dtype).removeprefix("torch."),
+        is_eagle3_draft=is_eagle3_draft_class(type(model)),
     )
     observation.device = next(p.device.type for p in model.parameters())
     dropped = [f.key for f in fates.values() if f.dropped]

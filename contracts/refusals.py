@@ -1,0 +1,45 @@
+"""What to do when the engine's own code refuses a checkpoint: the fix, read from the engine's error.
+
+An engine refusing a readable checkpoint is a verdict (exit 1), never an input error or an internal error
+of this suite (DESIGN.md). Prevents a refusal reported without a way out: SGLang 0.5.23 raises
+``AttributeError: 'LlamaConfig' object has no attribute 'draft_vocab_size'`` while building a draft whose
+config lacks the key (published SpecForge-style configs written by hand do), and the fix is to add it, not
+to rename the architecture.
+"""
+
+from __future__ import annotations
+
+import re
+
+DRAFT_ARCHITECTURE_FIX = ('write architectures: ["LlamaForCausalLMEagle3"] in config.json (a speculators checkpoint: '
+                          "eagle3-contracts convert --to sglang SRC DST)")
+_MISSING_CONFIG_KEY = re.compile(r"'(\w*Config\w*)' object has no attribute '(\w+)'")
+_UNKNOWN_ARCH = ("not a registered model", "are not supported", "not supported for now", "Model architectures")
+
+
+def _suggested_value(key: str, config: dict, tensors: dict) -> str:
+    """The value the checkpoint itself implies for a missing key, when it implies one."""
+    if key == "draft_vocab_size":
+        head = tensors.get("lm_head.weight")
+        d2t = next((t for name, t in tensors.items() if name.endswith("d2t")), None)
+        if head is not None and head.shape:
+            return f"{head.shape[0]} (the rows of lm_head.weight)"
+        if d2t is not None and d2t.shape:
+            return f"{d2t.shape[0]} (the length of d2t)"
+        if isinstance(config.get("vocab_size"), int):
+            return f"{config['vocab_size']} (vocab_size: a full-vocabulary draft)"
+    return ""
+
+
+def fix_for_refusal(engine_error: str, config: dict, tensors: dict) -> str:
+    """The change to the checkpoint that the engine's refusal asks for (``tensors``: name -> TensorInfo)."""
+    missing = _MISSING_CONFIG_KEY.search(engine_error)
+    if missing:
+        key = missing.group(2)
+        value = _suggested_value(key, config, tensors)
+        return (f"add `{key}` to config.json{': ' + value if value else ''}; the engine reads it while building "
+                f"the draft and has no default for it")
+    if any(marker in engine_error for marker in _UNKNOWN_ARCH):
+        return DRAFT_ARCHITECTURE_FIX
+    return ("make config.json describe a draft this engine builds: the engine's own error (engine_error) names "
+            "what it could not read")
