@@ -23,6 +23,7 @@ from contracts.engines.sglang.cpu_forward import extend_forward
 from contracts.engines.sglang.aux_capture import scale_draft
 from contracts.engines.sglang.loader import (META_ABOVE_ELEMENTS, EngineBuildError, _LoadTracer, build_model,
                                              checkpoint_elements, is_eagle3_draft_class, model_config)
+from contracts.engines.sglang.registry_cache import register_architectures
 from contracts.observations import ConfigObservation, TensorFate
 
 SEED = 1234
@@ -129,6 +130,7 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
     try:
         mc = model_config(engine_dir)
         obs.architectures = list(mc.hf_config.architectures or [])
+        register_architectures(obs.architectures)
         cls, _ = get_model_architecture(mc)  # what the model loader dispatches on
         obs.draft_class = cls.__name__
         obs.is_eagle3_draft = is_eagle3_draft_class(cls)

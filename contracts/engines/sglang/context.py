@@ -40,8 +40,9 @@ def ensure_context() -> None:
         if _ready:
             return
         _quiet()
-        from contracts.engines.sglang import shims
+        from contracts.engines.sglang import registry_cache, shims
 
+        registry_cache.defer_default_models()
         shims.install()
         import torch
         from sglang.srt.distributed.parallel_state import init_distributed_environment

@@ -69,7 +69,10 @@ def _import_model_modules(mc) -> None:
     registry then silently lacks their classes (``'LlamaForCausalLMEagle3' is not a registered model``)."""
     from sglang.srt.model_loader.utils import get_model_architecture
 
+    from contracts.engines.sglang.registry_cache import register_architectures
+
     try:
+        register_architectures(getattr(mc.hf_config, "architectures", None))
         get_model_architecture(mc)
     except Exception:  # noqa: BLE001  (the build below reports the engine's refusal with its own message)
         pass

@@ -111,12 +111,11 @@ def _renames(engine_dir: Path) -> dict:
 
 
 def _aux_capture() -> dict:
-    from sglang.srt.models.registry import ModelRegistry
-
     from contracts.engines.sglang.aux_capture import _hook_kind
+    from contracts.engines.sglang.registry_cache import all_models
 
     out = {}
-    for arch, cls in sorted(ModelRegistry.models.items()):
+    for arch, cls in sorted(all_models().items()):
         if isinstance(cls, type) and hasattr(cls, "set_eagle3_layers_to_capture"):
             out[arch] = _hook_kind(cls)
     return out
