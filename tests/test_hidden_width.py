@@ -107,3 +107,17 @@ def test_a_hand_converted_draft_needs_the_trainer_named_to_judge_alignment(tmp_p
     assert main(["check", str(converted), "--target", str(TARGET), "--only", "hidden-width",
                  "--trainer", "speculators"]) == 1
     assert "speculators trained on hidden_states [2, 4, 5]" in capsys.readouterr().out
+
+
+def test_a_scaled_copy_too_large_to_materialise_is_judged_statically(tmp_path):
+    """Memory stays bounded on the fallback path: a Gemma-3 multimodal class over a Kimi-K2.5 config keeps rope
+    caches for 262144 positions at head_dim 256 (537 MB of buffers); it is sized on the meta device, never built."""
+    cfg = json.loads((DRAFTS["specforge"].parents[1] / "targets" / "kimi-k25-tiny-config" / "config.json").read_text())
+    cfg.update(architectures=["Gemma3ForConditionalGeneration"], model_type="gemma3")
+    target = tmp_path / "gemma3-over-kimi"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(cfg))
+    result = judge_contract("hidden-width", DRAFTS["specforge"], target)
+    assert result.evidence["evidence"] == "static"
+    assert "parameter and buffer elements" in result.evidence["evidence_reason"]
+    assert "not built on CPU" in result.evidence["evidence_reason"]

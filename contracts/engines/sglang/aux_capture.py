@@ -31,6 +31,7 @@ from contracts.engines.sglang.compat import (
 )
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward, init_random, target_forward, uses_latent_attention
+from contracts.engines.sglang.registry_cache import register_architectures
 from contracts.observations import AuxCaptureObservation
 
 TINY = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
@@ -39,6 +40,7 @@ TINY = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32
         "n_group": 1, "topk_group": 1}
 EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 SMALL_TARGET_PARAMS = 50_000_000  # targets up to this size are run with their own weights
+TINY_BUILD_MAX_ELEMENTS = 50_000_000  # a scaled-down target copy larger than this (parameters + buffers) is not built
 INPUT_IDS = [1, 5, 9, 22, 100, 7]
 
 
@@ -239,6 +241,7 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
                                 num_target_layers=text.get("num_hidden_layers"),
                                 target_hidden_size=text.get("hidden_size"))
     try:
+        register_architectures([arch])
         cls, _ = ModelRegistry.resolve_model_cls([arch])
         obs.target_class = cls.__name__
         obs.hook = _hook_kind(cls)
@@ -271,20 +274,37 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
 
         try:
             target_mc = ModelConfig(str(tiny_target), trust_remote_code=False, dtype="float32")
+            # first on the meta device: a copy whose class sizes parts from what the scaling does not touch (a
+            # Gemma-3 multimodal class over a Kimi-K2.5 config: head_dim 256 rope caches for 262144 positions, 537 MB
+            # of buffers, 1.46 GB peak) is never materialised, so memory stays bounded on every path
+            meta = build_model(target_mc, device="meta")
+            size = sum(t.numel() for t in [*meta.parameters(), *meta.buffers()])
+            del meta
+            if size > TINY_BUILD_MAX_ELEMENTS:
+                obs.evidence = "static"
+                obs.evidence_reason = (f"the scaled-down copy of {arch} still holds {size / 1e6:.0f} M parameter and "
+                                       f"buffer elements (parts sized from what the scaling does not touch, e.g. rope "
+                                       f"caches for the full context): not built on CPU")
+                return obs
             model = build_model(target_mc)
         except Exception as e:
             obs.evidence = "static"
             obs.evidence_reason = f"a tiny {arch} could not be built on CPU: {str(e)[:300]}"
             return obs
         if own_weights:
-            model.load_weights(target.iter_tensors())
+            try:
+                model.load_weights(target.iter_tensors())
+            except Exception as e:  # the engine's loader refuses the target's own weights: judge the class alone
+                obs.evidence = "static"
+                obs.evidence_reason = f"SGLang's {arch}.load_weights refused the target's weights: {str(e)[:300]}"
+                return obs
         else:
             init_random(model)
             finish = getattr(model, "post_load_weights", None)
             if callable(finish):  # what the engine's load_weights ends with (e.g. MLA's absorbed w_kc / w_vc)
                 finish()
-        obs.use_aux_hidden_state, obs.aux_layer_ids = _resolve_aux_config(tiny_draft, target_mc)
-        try:
+        try:  # the engine's own reading of the draft's eagle_config, then its wiring of the target's capture
+            obs.use_aux_hidden_state, obs.aux_layer_ids = _resolve_aux_config(tiny_draft, target_mc)
             _configure_capture(model, obs.use_aux_hidden_state, obs.aux_layer_ids, tiny_draft)
         except Exception as e:  # a target without the hook refuses to start (0.5.23 ValueError, 0.5.9 AttributeError)
             obs.configure_error = f"{type(e).__name__}: {e}"
