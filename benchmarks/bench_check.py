@@ -1,11 +1,17 @@
-"""How `eagle3-contracts check` scales to real drafters, against the naive way.
+"""How `eagle3-contracts check` scales to real drafters, against the naive way, and what its start-up costs.
 
 Makes sparse safetensors files of real shapes (no disk cost: only the small tensors hold bytes) for a
 Kimi-K2.5-sized drafter (hidden 7168, target vocab 163840, draft vocab 32000, fc 21504 -> 7168, ~2.1 B
-parameters, 4.3 GB in bf16, speculators' key layout with embed_tokens) and a Llama-3.1-8B-sized one
-(hidden 4096, vocab 128256, SpecForge's export layout), each with a config-only target of its real shape.
-Then measures, each in a fresh process, wall time and peak RSS of:
+parameters, 4.3 GB in bf16, speculators' key layout with embed_tokens), the same drafter in SpecForge's export
+layout (``midlayer.*``, no embed_tokens, ~0.96 B parameters) and a Llama-3.1-8B-sized one (hidden 4096, vocab
+128256, SpecForge's layout), each with a config-only target of its real shape. Then measures, each in a fresh
+process:
 
+  start-up   a one-contract check of a tiny bundled draft against `import sglang.srt.models.llama_eagle3` in
+             the same environment (median of 3, interleaved; with the torchvision stand-in the import needs here)
+  peaks      every contract alone (`--only ID`) on the Kimi-sized SpecForge-layout drafter: peak RSS and wall
+             time, with the Kimi-K2.5 target (a tiny copy of its class runs) and on the fallback paths: a
+             target config the engine cannot run as a tiny copy, and a target class without the aux hook
   ours       eagle3-contracts check DRAFT --target TARGET   (every contract that applies)
   ours-load  the same with --only key-naming,tensor-shapes,d2t-semantics
   naive      load every tensor, build SGLang's draft model on CPU, call its load_weights
@@ -14,7 +20,7 @@ Then measures, each in a fresh process, wall time and peak RSS of:
 
 and prints the ratios of one run (the machines are shared and noisy: compare within a run only).
 
-    tox -e bench            (or: python benchmarks/bench_check.py [--keep DIR])
+    tox -e bench            (or: python benchmarks/bench_check.py [--keep DIR] [--only startup,peaks,naive])
 """
 
 from __future__ import annotations
@@ -116,8 +122,15 @@ def targets(root: Path, repo: Path) -> dict[str, Path]:
                  rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
                                   "rope_theta": 500000.0}, dtype="bfloat16")
+    # fallback paths of hidden-width: a config SGLang cannot build as a tiny copy (a Gemma-3 multimodal class over
+    # a text-only config: no vision tower config), and a class without set_eagle3_layers_to_capture (Mixtral)
+    unbuildable = dict(kimi, architectures=["Gemma3ForConditionalGeneration"], model_type="gemma3")
+    no_hook = json.loads((repo / "fixtures/targets/mixtral-tiny-config/config.json").read_text())
+    no_hook.update(hidden_size=7168, intermediate_size=18432, num_hidden_layers=61, num_attention_heads=64,
+                   num_key_value_heads=8, vocab_size=163840)
     out = {}
-    for name, cfg in (("kimi-k25-target", kimi), ("llama-3.1-8b-target", llama)):
+    for name, cfg in (("kimi-k25-target", kimi), ("llama-3.1-8b-target", llama),
+                      ("unbuildable-target", unbuildable), ("no-hook-target", no_hook)):
         (root / name).mkdir()
         (root / name / "config.json").write_text(json.dumps(cfg))
         out[name] = root / name
@@ -179,58 +192,114 @@ def measure(argv: list[str]) -> dict:
             "stdout": out, "stderr": err[-400:]}
 
 
+CONTRACTS = ("key-naming", "tensor-shapes", "d2t-semantics", "hidden-width", "embed-head", "config", "forward-parity")
+# the torchvision stand-in (contracts.engines.sglang.shims) is what lets SGLang be imported here at all
+IMPORT_ENGINE = "from contracts.engines.sglang import shims; shims.install(); import sglang.srt.models.llama_eagle3"
+
+
+def startup_ratio(py: str, repo: Path, runs: int = 3) -> dict:
+    """A one-contract check of a tiny draft against importing SGLang's EAGLE-3 model module (medians)."""
+    check = [py, "-m", "contracts.cli", "check", str(repo / "fixtures/drafts/specforge"), "--only", "key-naming"]
+    measure(check)  # the first check of a release computes and caches its registry map: not a start-up
+    base, ours = [], []
+    for _ in range(runs):
+        base.append(measure([py, "-c", IMPORT_ENGINE])["wall_s"])
+        ours.append(measure(check)["wall_s"])
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return {"import_s": base, "check_s": ours, "ratio": round(med(ours) / med(base), 2),
+            "import_median_s": med(base), "check_median_s": med(ours)}
+
+
+def contract_peaks(py: str, draft: Path, targets: dict[str, Path]) -> list[tuple]:
+    rows = []
+    for label, target in targets.items():
+        for cid in CONTRACTS:
+            m = measure([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--only", cid,
+                         "--format", "json"])
+            status = json.loads(m["stdout"])["results"][0]["status"] if m["exit"] in (0, 1) else f"exit {m['exit']}"
+            rows.append((label, cid, status, m["wall_s"], m["peak_rss_mb"]))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", help="write the sparse checkpoints here and keep them")
+    parser.add_argument("--only", default="startup,peaks,naive", help="sections to run (startup, peaks, naive)")
     args = parser.parse_args()
+    sections = set(args.only.split(","))
     repo = Path(__file__).resolve().parents[1]
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="eagle3-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     py = sys.executable
     try:
+        if "startup" in sections:
+            s = startup_ratio(py, repo)
+            print(f"start-up: one-contract check of a tiny draft {s['check_median_s']} s (runs {s['check_s']}) / "
+                  f"`import sglang.srt.models.llama_eagle3` {s['import_median_s']} s (runs {s['import_s']}) = "
+                  f"{s['ratio']}x (median of 3)\n")
         tg = targets(root, repo)
-        cases = {
-            "kimi-k2.5-sized": (drafter(root / "kimi-drafter", hidden=7168, vocab=163840, draft_vocab=32000, heads=56,
-                                        kv_heads=8, inter=18432, layer_prefix="layers.0", with_embed=True,
-                                        ids=[1, 29, 57]), root / "kimi-drafter", tg["kimi-k25-target"]),
-            "llama-3.1-8b-sized": (drafter(root / "llama-drafter", hidden=4096, vocab=128256, draft_vocab=32000,
-                                           heads=32, kv_heads=8, inter=14336, layer_prefix="midlayer",
-                                           with_embed=False, ids=[1, 15, 28]), root / "llama-drafter",
-                                   tg["llama-3.1-8b-target"]),
-        }
-        startup = measure([py, "-c", STARTUP])
-        print(f"startup (import SGLang, CPU context, model registry): {startup['wall_s']} s, "
-              f"{startup['peak_rss_mb']} MB")
-        rows = []
-        for name, (params, draft, target) in cases.items():
-            ours = measure([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--format", "json"])
-            load = measure([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--format", "json",
-                            "--only", "key-naming,tensor-shapes,d2t-semantics"])
-            naive = measure([py, "-c", NAIVE, str(draft)])
-            work = json.loads(measure([py, "-c", WORK, str(draft), str(target)])["stdout"])
-            verdicts = {r["contract"]: r["status"] for r in json.loads(ours["stdout"])["results"]} if ours["exit"] in (0, 1) \
-                else ours["stderr"]
-            rows.append((name, params, ours, load, naive, verdicts, work))
-        print()
-        print("| drafter | parameters | naive: wall / peak RSS | check, all contracts: wall / peak RSS | ratio (naive/ours) "
-              "| work after the shared start-up: naive / check | ratio | check, load contracts: wall / peak RSS |")
-        print("|---|---|---|---|---|---|---|---|")
-        for name, params, ours, load, naive, _, work in rows:
-            def cell(m):
-                return f"{m['wall_s']} s / {m['peak_rss_mb']:.0f} MB"
-
-            def ratio(m):
-                return f"{naive['wall_s'] / m['wall_s']:.1f}× time, {naive['peak_rss_mb'] / m['peak_rss_mb']:.1f}× memory"
-
-            print(f"| {name} | {params / 1e9:.2f} B | {cell(naive)} | {cell(ours)} | {ratio(ours)} | "
-                  f"{work['naive_s']} s / {work['ours_s']} s | {work['naive_s'] / work['ours_s']:.1f}× | {cell(load)} |")
-        print()
-        for name, _, ours, _, naive, verdicts, _ in rows:
-            print(f"{name}: verdicts {verdicts}; naive exit {naive['exit']}"
-                  + (f" ({naive['stderr'].strip().splitlines()[-1]})" if naive["exit"] else ""))
+        if "peaks" in sections:
+            draft = root / "kimi-specforge-drafter"
+            params = drafter(draft, hidden=7168, vocab=163840, draft_vocab=32000, heads=56, kv_heads=8, inter=18432,
+                             layer_prefix="midlayer", with_embed=False, ids=[1, 29, 57])
+            rows = contract_peaks(py, draft, {
+                "Kimi-K2.5 (tiny copy of its class runs)": tg["kimi-k25-target"],
+                "fallback: a tiny copy the engine cannot run (Gemma-3 multimodal class over this config)": tg["unbuildable-target"],
+                "fallback: target class without the aux hook (Mixtral)": tg["no-hook-target"]})
+            print(f"peak RSS per contract, Kimi-sized drafter in SpecForge's layout ({params / 1e9:.2f} B parameters):")
+            print("| target | contract | verdict | wall | peak RSS |\n|---|---|---|---|---|")
+            for label, cid, status, wall, rss in rows:
+                print(f"| {label} | {cid} | {status} | {wall} s | {rss:.0f} MB |")
+            worst = max(rows, key=lambda r: r[4])
+            print(f"\nhighest peak: {worst[4]:.0f} MB ({worst[1]}, {worst[0]}); "
+                  f"{'every contract under 1 GB' if worst[4] < 1024 else 'OVER 1 GB'}\n")
+        if "naive" in sections:
+            naive_comparison(py, root, tg)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def naive_comparison(py: str, root: Path, tg: dict) -> None:
+    cases = {
+        "kimi-k2.5-sized": (drafter(root / "kimi-drafter", hidden=7168, vocab=163840, draft_vocab=32000, heads=56,
+                                    kv_heads=8, inter=18432, layer_prefix="layers.0", with_embed=True,
+                                    ids=[1, 29, 57]), root / "kimi-drafter", tg["kimi-k25-target"]),
+        "llama-3.1-8b-sized": (drafter(root / "llama-drafter", hidden=4096, vocab=128256, draft_vocab=32000,
+                                       heads=32, kv_heads=8, inter=14336, layer_prefix="midlayer",
+                                       with_embed=False, ids=[1, 15, 28]), root / "llama-drafter",
+                               tg["llama-3.1-8b-target"]),
+    }
+    startup = measure([py, "-c", STARTUP])
+    print(f"startup (import SGLang, CPU context, model registry): {startup['wall_s']} s, "
+          f"{startup['peak_rss_mb']} MB")
+    rows = []
+    for name, (params, draft, target) in cases.items():
+        ours = measure([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--format", "json"])
+        load = measure([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--format", "json",
+                        "--only", "key-naming,tensor-shapes,d2t-semantics"])
+        naive = measure([py, "-c", NAIVE, str(draft)])
+        work = json.loads(measure([py, "-c", WORK, str(draft), str(target)])["stdout"])
+        verdicts = {r["contract"]: r["status"] for r in json.loads(ours["stdout"])["results"]} if ours["exit"] in (0, 1) \
+            else ours["stderr"]
+        rows.append((name, params, ours, load, naive, verdicts, work))
+    print()
+    print("| drafter | parameters | naive: wall / peak RSS | check, all contracts: wall / peak RSS | ratio (naive/ours) "
+          "| work after the shared start-up: naive / check | ratio | check, load contracts: wall / peak RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, params, ours, load, naive, _, work in rows:
+        def cell(m):
+            return f"{m['wall_s']} s / {m['peak_rss_mb']:.0f} MB"
+
+        def ratio(m):
+            return f"{naive['wall_s'] / m['wall_s']:.1f}× time, {naive['peak_rss_mb'] / m['peak_rss_mb']:.1f}× memory"
+
+        print(f"| {name} | {params / 1e9:.2f} B | {cell(naive)} | {cell(ours)} | {ratio(ours)} | "
+              f"{work['naive_s']} s / {work['ours_s']} s | {work['naive_s'] / work['ours_s']:.1f}× | {cell(load)} |")
+    print()
+    for name, _, ours, _, naive, verdicts, _ in rows:
+        print(f"{name}: verdicts {verdicts}; naive exit {naive['exit']}"
+              + (f" ({naive['stderr'].strip().splitlines()[-1]})" if naive["exit"] else ""))
 
 
 if __name__ == "__main__":
