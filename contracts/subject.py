@@ -178,8 +178,16 @@ class Subject:
     @cached_property
     def forward(self):
         """The engine's ``ForwardObservation`` replaying the trainer's reference (needs reference and target)."""
+        from contracts.engines.sglang import EngineBuildError
+        from contracts.engines.sglang.wiring import TargetBuildError
+
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
-        return self.adapter.forward(self.engine_dir, self.target_path, self.reference_path)
+        try:
+            return self.adapter.forward(self.engine_dir, self.target_path, self.reference_path)
+        except TargetBuildError as e:  # (a subclass of EngineBuildError: first)
+            raise TargetRefused(str(e)) from None
+        except EngineBuildError as e:
+            raise EngineRefused(str(e)) from None
 
     def engine_info(self) -> dict:
         return self.adapter.info()
@@ -231,6 +239,9 @@ class Subject:
                         "cannot build this draft"
                     results.append(Result(c.id, SKIP, f"not judged: the engine {what} (see {owner})",
                                           {"engine_error": str(e)}))
+            except TargetRefused as e:  # the engine cannot build the target: this contract cannot be judged here
+                results.append(Result(c.id, SKIP, f"not judged: the engine cannot build the target: {e}",
+                                      {"engine_error": str(e)}))
         return mark_causes(results)
 
     def result(self, contract_id: str, only: list[str] | None = None) -> Result:
