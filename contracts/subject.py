@@ -218,6 +218,8 @@ class Subject:
         from contracts.refusals import DRAFT_ARCHITECTURE_FIX, fix_for_refusal
 
         selected = select(only)
+        # A refused or non-draft build is a finding about the config: with config selected it is config's
+        # failure, and the contracts that need the draft point at it; otherwise the first that meets it fails.
         judged_by_config = "config" in {c.id for c in selected}
         results, refused_in = [], None
         for c in selected:
@@ -226,9 +228,8 @@ class Subject:
             except EngineRefused as e:
                 # The root cause is reported once, as a failure; contracts that need the same engine
                 # model are skipped with a pointer to it rather than repeating it as failures of their own.
-                # A non-draft dispatch is config's finding whenever config runs.
-                owner = "config" if isinstance(e, NotADraft) and judged_by_config else refused_in
-                if owner is None:
+                owner = refused_in or ("config" if judged_by_config else c.id)
+                if owner == c.id:
                     refused_in = c.id
                     fix = DRAFT_ARCHITECTURE_FIX if isinstance(e, NotADraft) else \
                         fix_for_refusal(str(e), self.checkpoint.config, self.checkpoint.tensors)

@@ -44,9 +44,20 @@ def switches_in(flat: dict, original: dict) -> dict[str, bool]:
                     "architecture dispatches to an EAGLE-3 draft class, sizes agree with the target; context, rope "
                     "base or serving dtype that differ from the target's are warnings")
 def check_config(subject) -> Result:
+    from contracts.subject import EngineRefused, NotADraft
+
+    refusal = None
+    try:  # the engine refusing to build the draft is this contract's finding
+        subject.load  # noqa: B018
+    except NotADraft:  # judged below, from the engine's own dispatch
+        pass
+    except EngineRefused as e:
+        refusal = e
     flat = json.loads((subject.engine_dir / "config.json").read_text())
     original = subject.checkpoint.config
     obs = subject.config_obs
+    if refusal is not None and not obs.dispatch_error:
+        raise refusal  # dispatched, then refused while building: Subject.run reports it with the fix it asks for
     ev = obs.to_dict()
     ev.pop("engine", None)
     version = obs.engine.get("version")
