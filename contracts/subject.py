@@ -81,7 +81,7 @@ class Subject:
 
     @cached_property
     def _load(self):
-        from contracts.engines.sglang import EngineBuildError
+        from contracts.engines.errors import EngineBuildError
 
         try:
             return self.adapter.load(self.engine_dir), None
@@ -161,7 +161,7 @@ class Subject:
 
         from contracts.checks.config import switches_in, trained_config
 
-        from contracts.engines.sglang import EngineBuildError
+        from contracts.engines.errors import EngineBuildError
 
         flat = json.loads((self.engine_dir / "config.json").read_text())
         original = self.checkpoint.config
@@ -178,8 +178,7 @@ class Subject:
     @cached_property
     def forward(self):
         """The engine's ``ForwardObservation`` replaying the trainer's reference (needs reference and target)."""
-        from contracts.engines.sglang import EngineBuildError
-        from contracts.engines.sglang.wiring import TargetBuildError
+        from contracts.engines.errors import EngineBuildError, TargetBuildError
 
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
         try:
@@ -194,8 +193,7 @@ class Subject:
 
     @cached_property
     def _embed_head(self):
-        from contracts.engines.sglang import EngineBuildError
-        from contracts.engines.sglang.wiring import TargetBuildError
+        from contracts.engines.errors import EngineBuildError, TargetBuildError
 
         try:
             return self.adapter.embed_head(self.engine_dir, self.target_path), None

@@ -14,7 +14,7 @@ from contracts.engines import EngineSpecError, parse_spec
 from contracts.engines.environments import RECIPE_DIR, RECIPES, recipe_for
 from contracts.engines.inprocess import InProcessSGLang
 from contracts.engines.remote import WorkerEngine, WorkerError
-from contracts.engines.sglang.loader import EngineBuildError
+from contracts.engines.errors import EngineBuildError
 
 
 @pytest.fixture(scope="module")

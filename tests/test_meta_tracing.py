@@ -39,7 +39,7 @@ def test_meta_device_tracing_agrees_with_cpu(case, broken):
 
 def test_the_device_is_chosen_by_size():
     from contracts.checkpoint import Checkpoint
-    from contracts.engines.sglang.loader import META_ABOVE_ELEMENTS, checkpoint_elements, choose_device
+    from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements, choose_device
     from tests.conftest import DRAFTS
 
     ckpt = Checkpoint.open(DRAFTS["speculators-default"])

@@ -109,8 +109,7 @@ class WorkerEngine:
             raise WorkerError(f"{self.spec} worker broke the protocol: {line[:200]!r}") from None
 
     def _call(self, op: str, **args):
-        from contracts.engines.sglang.loader import EngineBuildError
-        from contracts.engines.sglang.wiring import TargetBuildError
+        from contracts.engines.errors import EngineBuildError, TargetBuildError
 
         self._start()
         self._next += 1

@@ -20,8 +20,7 @@ OPS = ("load", "aux", "config", "embed_head", "forward", "surface")
 
 
 def _answer(engine, request: dict) -> dict:
-    from contracts.engines.sglang.loader import EngineBuildError
-    from contracts.engines.sglang.wiring import TargetBuildError
+    from contracts.engines.errors import EngineBuildError, TargetBuildError
 
     op, args = request.get("op"), request.get("args") or {}
     if op not in OPS:

@@ -3,6 +3,7 @@
 Entry points return plain observations (``contracts.observations``); shims live in ``shims.py``.
 """
 
-from contracts.engines.sglang.loader import EngineBuildError, observe_load
+from contracts.engines.errors import EngineBuildError
+from contracts.engines.sglang.loader import observe_load
 
 __all__ = ["EngineBuildError", "observe_load"]

@@ -338,7 +338,8 @@ def _observe_draft(obs: AuxCaptureObservation, tiny_draft: Path, captured) -> No
     """Run the engine's draft forward on what the target handed over; did ``fc`` run?"""
     import torch
 
-    from contracts.engines.sglang.loader import EngineBuildError, build_model, model_config
+    from contracts.engines.errors import EngineBuildError
+    from contracts.engines.sglang.loader import build_model, model_config
 
     try:
         mc = model_config(tiny_draft)

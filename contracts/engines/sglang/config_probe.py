@@ -21,8 +21,9 @@ from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward
 from contracts.engines.sglang.aux_capture import scale_draft
-from contracts.engines.sglang.loader import (META_ABOVE_ELEMENTS, EngineBuildError, _LoadTracer, build_model,
-                                             checkpoint_elements, is_eagle3_draft_class, model_config)
+from contracts.engines.errors import EngineBuildError
+from contracts.engines.sglang.loader import _LoadTracer, build_model, is_eagle3_draft_class, model_config
+from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements
 from contracts.engines.sglang.registry_cache import register_architectures
 from contracts.observations import ConfigObservation, TensorFate
 

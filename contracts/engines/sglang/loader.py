@@ -17,8 +17,10 @@ import copy
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
+from contracts.engines.errors import EngineBuildError
 from contracts.engines.sglang.compat import accepts, meta_build_isolated
 from contracts.engines.sglang.context import engine_version, ensure_context
+from contracts.engines.tracing import CopyCounter, choose_device, fill_sentinel, iter_for_device, unwritten_fraction
 from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
 from contracts.renames import candidate_names, config_switches
 
@@ -26,8 +28,6 @@ from contracts.renames import candidate_names, config_switches
 # ``EagleDraftWorker.init_lm_head`` always calls ``set_embed``; ``set_embed_and_head`` when the draft
 # sets ``load_lm_head_from_target``). The embed-head contract observes whether it really happens.
 EMBED_PARAM = "model.embed_tokens.weight"
-META_ABOVE_ELEMENTS = 50_000_000  # larger drafts are traced on the meta device (bounded memory)
-READ_WHOLE_ELEMENTS = 1 << 20  # tensors up to this size are read whole even on meta (d2t, t2d, norms)
 HEAD_PARAM = "lm_head.weight"
 
 CONFIG_SUMMARY_KEYS = (
@@ -36,10 +36,6 @@ CONFIG_SUMMARY_KEYS = (
     "tie_word_embeddings", "eagle_config", "num_aux_hidden_states", "norm_before_fc", "fc_norm", "norm_output",
     "norm_before_residual", "bias", "rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings",
 )
-
-
-class EngineBuildError(Exception):
-    """SGLang itself refused to build the draft model for this config."""
 
 
 def is_eagle3_draft_class(cls) -> bool:
@@ -132,7 +128,7 @@ class _LoadTracer:
                 with torch.no_grad():
                     before = param.data.clone()
                     param.data.fill_(float("nan"))
-            copied = _CopyCounter() if param.is_meta else None
+            copied = CopyCounter() if param.is_meta else None
             try:
                 if copied is not None:
                     with copied:
@@ -177,73 +173,6 @@ class _LoadTracer:
         return None
 
 
-class _CopyCounter:
-    """Counts the elements of every ``Tensor.copy_`` destination while active (the loaders' writes)."""
-
-    def __enter__(self):
-        import torch
-
-        self.elements = 0
-        self._original = torch.Tensor.copy_
-        counter = self
-
-        def copy_(dst, src, *args, **kwargs):
-            counter.elements += dst.numel()
-            return counter._original(dst, src, *args, **kwargs)
-
-        torch.Tensor.copy_ = copy_
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        torch.Tensor.copy_ = self._original
-        return False
-
-
-def _fill_sentinel(model) -> None:
-    import torch
-
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.is_floating_point():
-                p.fill_(float("nan"))
-
-
-def _unwritten_fraction(p, meta_written: dict | None = None, name: str | None = None) -> float:
-    import torch
-
-    if not p.is_floating_point() or p.numel() == 0:
-        return 0.0
-    if p.is_meta:
-        return max(0.0, 1.0 - (meta_written or {}).get(name, 0) / p.numel())
-    return float(torch.isnan(p.detach()).float().mean())
-
-
-def checkpoint_elements(ckpt: Checkpoint) -> int:
-    return sum(t.numel for t in ckpt.tensors.values())
-
-
-def choose_device(ckpt: Checkpoint) -> str:
-    """CPU (exact NaN-sentinel tracing) for small drafts, ``meta`` (no weights in memory) for real-size ones."""
-    return "meta" if checkpoint_elements(ckpt) > META_ABOVE_ELEMENTS else "cpu"
-
-
-def iter_for_device(ckpt: Checkpoint, device: str):
-    """The checkpoint's tensors as the loader will see them: real ones, or on ``meta`` shape-only stand-ins
-    for the large ones (small tensors such as d2t, t2d and norms are always read whole)."""
-    import torch
-
-    if device != "meta":
-        yield from ckpt.iter_tensors()
-        return
-    for name, info in ckpt.tensors.items():
-        if info.numel <= READ_WHOLE_ELEMENTS:
-            yield name, ckpt.load_tensor(name)
-        else:
-            yield name, torch.empty(info.shape, dtype=getattr(torch, info.dtype), device="meta")
-
-
 def _config_summary(hf_config) -> dict:
     out = {}
     for key in CONFIG_SUMMARY_KEYS:
@@ -274,7 +203,7 @@ def load_traced(engine_dir, dtype: str = "auto", device: str | None = None):
     mc = model_config(engine_dir, dtype)
     model = build_model(mc, device=device)
     if device != "meta":
-        _fill_sentinel(model)
+        fill_sentinel(model)
     tracer = _LoadTracer(model)
     fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
     load_error = tracer.load(iter_for_device(ckpt, device), fates)
@@ -298,7 +227,7 @@ def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = N
         elif name == HEAD_PARAM and head_from_target:
             shared = "set_embed_and_head"
         params.append(ParamState(name=name, shape=list(p.shape), dtype=str(p.dtype).removeprefix("torch."),
-                                 unwritten_fraction=_unwritten_fraction(p, tracer.meta_written, name),
+                                 unwritten_fraction=unwritten_fraction(p, tracer.meta_written, name),
                                  shared_from_target=shared))
 
     hot = getattr(model, "hot_token_id", None)

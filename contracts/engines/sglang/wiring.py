@@ -19,18 +19,15 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
-from contracts.engines.sglang.loader import (EMBED_PARAM, HEAD_PARAM, EngineBuildError, _LoadTracer,
-                                             _unwritten_fraction, build_model, load_traced)
+from contracts.engines.errors import EngineBuildError, TargetBuildError
+from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM, _LoadTracer, build_model, load_traced
+from contracts.engines.tracing import unwritten_fraction
 from contracts.fingerprint import chunk_rows_for, fingerprint, tensor_chunks
 from contracts.observations import TensorFate
 from contracts.observations_wiring import HeldTensor, WiringObservation
 
 TARGET_KEY_SUFFIXES = ("embed_tokens.weight", "lm_head.weight")
 TRACED_DRAFT_METHODS = ("set_embed", "set_embed_and_head", "set_lm_head_from_target")
-
-
-class TargetBuildError(EngineBuildError):
-    """SGLang itself refused the target config or could not build the target class."""
 
 
 def build_target(target_dir: Path, dtype: str = "auto"):
@@ -102,7 +99,7 @@ def _held(name, param, own, names, written, models) -> HeldTensor:
     same = names.get(id(param))
     return HeldTensor(param=name, shape=list(param.shape), dtype=dtype,
                       same_object_as=None if param is own else same, replaced=param is not own,
-                      unwritten_fraction=_unwritten_fraction(param) if values else None,
+                      unwritten_fraction=unwritten_fraction(param) if values else None,
                       written_by=written.get(id(param), []), fingerprint=fp)
 
 

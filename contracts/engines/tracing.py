@@ -1,0 +1,84 @@
+"""Engine-neutral pieces of load tracing: what any adapter needs to watch an engine's own ``load_weights``.
+
+Contract served: ``key-naming`` / ``tensor-shapes``. Neither SGLang's nor vLLM's EAGLE-3 ``load_weights``
+reports what it skipped (both return None), so the adapters observe it from the outside: every float parameter
+holds a NaN sentinel before loading (still NaN after = never written); on the ``meta`` device, used for
+real-size drafts so memory stays bounded, there are no values, and the elements each loader call copies are
+counted instead (``CopyCounter``); only small tensors (``d2t``, ``t2d``, norms) are then read whole.
+"""
+
+from __future__ import annotations
+
+from contracts.checkpoint import Checkpoint
+
+META_ABOVE_ELEMENTS = 50_000_000  # larger drafts are traced on the meta device (bounded memory)
+READ_WHOLE_ELEMENTS = 1 << 20  # tensors up to this size are read whole even on meta (d2t, t2d, norms)
+
+
+class CopyCounter:
+    """Counts the elements of every ``Tensor.copy_`` destination while active (the loaders' writes)."""
+
+    def __enter__(self):
+        import torch
+
+        self.elements = 0
+        self._original = torch.Tensor.copy_
+        counter = self
+
+        def copy_(dst, src, *args, **kwargs):
+            counter.elements += dst.numel()
+            return counter._original(dst, src, *args, **kwargs)
+
+        torch.Tensor.copy_ = copy_
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.Tensor.copy_ = self._original
+        return False
+
+
+def fill_sentinel(model) -> None:
+    """NaN in every float parameter: a value still NaN after loading was never written."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point() and not p.is_meta:
+                p.fill_(float("nan"))
+
+
+def unwritten_fraction(p, meta_written: dict | None = None, name: str | None = None) -> float:
+    """The share of a float parameter the checkpoint did not write (NaN sentinel, or counted copies on meta)."""
+    import torch
+
+    if not p.is_floating_point() or p.numel() == 0:
+        return 0.0
+    if p.is_meta:
+        return max(0.0, 1.0 - (meta_written or {}).get(name, 0) / p.numel())
+    return float(torch.isnan(p.detach()).float().mean())
+
+
+def checkpoint_elements(ckpt: Checkpoint) -> int:
+    return sum(t.numel for t in ckpt.tensors.values())
+
+
+def choose_device(ckpt: Checkpoint) -> str:
+    """CPU (exact NaN-sentinel tracing) for small drafts, ``meta`` (no weights in memory) for real-size ones."""
+    return "meta" if checkpoint_elements(ckpt) > META_ABOVE_ELEMENTS else "cpu"
+
+
+def iter_for_device(ckpt: Checkpoint, device: str):
+    """The checkpoint's tensors as the loader will see them: real ones, or on ``meta`` shape-only stand-ins
+    for the large ones (small tensors such as d2t, t2d and norms are always read whole)."""
+    import torch
+
+    if device != "meta":
+        yield from ckpt.iter_tensors()
+        return
+    for name, info in ckpt.tensors.items():
+        if info.numel <= READ_WHOLE_ELEMENTS:
+            yield name, ckpt.load_tensor(name)
+        else:
+            yield name, torch.empty(info.shape, dtype=getattr(torch, info.dtype), device="meta")
