@@ -31,57 +31,13 @@ from contracts.engines.sglang.compat import (
 )
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward, init_random, target_forward, uses_latent_attention
+from contracts.engines.scaling import scale_down, scale_draft
 from contracts.engines.sglang.registry_cache import register_architectures
 from contracts.observations import AuxCaptureObservation
 
-TINY = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 64, "num_attention_heads": 4, "head_dim": 16,
-        "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
-        "n_group": 1, "topk_group": 1}
-EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 SMALL_TARGET_PARAMS = 50_000_000  # targets up to this size are run with their own weights
 TINY_BUILD_MAX_ELEMENTS = 50_000_000  # a scaled-down target copy larger than this (parameters + buffers) is not built
 INPUT_IDS = [1, 5, 9, 22, 100, 7]
-
-
-def scale_down(cfg: dict) -> dict:
-    """A copy of a target config with the same architecture and layer count but tiny widths."""
-    cfg = json.loads(json.dumps(cfg))
-    text = text_config(cfg)
-    heads = text.get("num_attention_heads") or 4
-    kv = text.get("num_key_value_heads") or heads
-    for key, value in TINY.items():
-        if key in text and text[key] is not None:
-            text[key] = value
-    text["hidden_size"] = TINY["hidden_size"]
-    text["num_key_value_heads"] = 4 if kv >= heads else 2
-    if "q_lora_rank" in text and text["q_lora_rank"] is not None:
-        text["q_lora_rank"] = 16
-    for key in EXPERT_KEYS:
-        if text.get(key):
-            text[key] = 4
-    if text.get("num_experts_per_tok"):
-        text["num_experts_per_tok"] = 2
-    if text.get("n_shared_experts"):
-        text["n_shared_experts"] = 1
-    text["vocab_size"] = min(int(text.get("vocab_size") or 1024), 1024)
-    if cfg is not text and "vocab_size" in cfg:
-        cfg["vocab_size"] = text["vocab_size"]
-    return cfg
-
-
-def scale_draft(cfg: dict, target_hidden: int, vocab: int) -> dict:
-    """The draft config at the scaled target's width (same number of aux layers, same switches)."""
-    cfg = dict(cfg)
-    same = cfg.get("target_hidden_size") in (None, cfg.get("hidden_size"))
-    cfg.update(hidden_size=target_hidden if same else target_hidden // 2, intermediate_size=2 * target_hidden,
-               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=vocab)
-    if not same:
-        cfg["target_hidden_size"] = target_hidden
-    if cfg.get("draft_vocab_size"):
-        cfg["draft_vocab_size"] = min(int(cfg["draft_vocab_size"]), vocab)
-    return cfg
-
 
 def _resolve_aux_config(draft_dir: Path, target_mc):
     """The engine's own reading of the draft's eagle_config (use_aux_hidden_state, layer ids)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward
-from contracts.engines.sglang.aux_capture import scale_draft
+from contracts.engines.scaling import scale_draft
 from contracts.engines.errors import EngineBuildError
 from contracts.engines.sglang.loader import _LoadTracer, build_model, is_eagle3_draft_class, model_config
 from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements

@@ -21,10 +21,9 @@ from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.errors import EngineBuildError, TargetBuildError
 from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM, _LoadTracer, build_model, load_traced
-from contracts.engines.tracing import unwritten_fraction
-from contracts.fingerprint import chunk_rows_for, fingerprint, tensor_chunks
+from contracts.engines.held_tensors import held, materialise
 from contracts.observations import TensorFate
-from contracts.observations_wiring import HeldTensor, WiringObservation
+from contracts.observations_wiring import WiringObservation
 
 TARGET_KEY_SUFFIXES = ("embed_tokens.weight", "lm_head.weight")
 TRACED_DRAFT_METHODS = ("set_embed", "set_embed_and_head", "set_lm_head_from_target")
@@ -45,18 +44,6 @@ def build_target(target_dir: Path, dtype: str = "auto"):
         raise TargetBuildError(str(e).replace("the model", "the target model")) from None
 
 
-def _materialise(model, param) -> None:
-    """Give one meta parameter real CPU storage holding the NaN sentinel, keeping SGLang's attributes on it."""
-    import torch
-
-    for module in model.modules():
-        if getattr(module, "weight", None) is param and param.is_meta:
-            real = torch.nn.Parameter(torch.full(param.shape, float("nan"), dtype=param.dtype),
-                                      requires_grad=param.requires_grad)
-            real.__dict__.update(param.__dict__)  # weight_loader, input_dim, output_dim (set_weight_attrs)
-            module.weight = real
-
-
 def _vocab_params(target) -> set:
     """The target's embedding and head: the engine's own accessor (what the wiring will share), or, for a target
     class without one (0.5.9's KimiK25ForConditionalGeneration; the wiring then raises), its parameters named so."""
@@ -71,36 +58,12 @@ def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, st
     if not ckpt.has_weights:
         return False, {}, None
     for p in _vocab_params(target):
-        _materialise(target, p)
+        materialise(target, p)
     keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
     fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
     tracer = _LoadTracer(target)
     error = tracer.load(((k, ckpt.load_tensor(k)) for k in keys), fates)
     return True, {k: f.reached for k, f in fates.items()}, error
-
-
-def _owner_rows(models, param) -> int:
-    """Rows that hold vocabulary entries (SGLang pads vocab-parallel weights to a multiple of 64)."""
-    for model in models:
-        for module in model.modules():
-            if getattr(module, "weight", None) is param:
-                return int(getattr(module, "org_vocab_size", param.shape[0]))
-    return int(param.shape[0])
-
-
-def _held(name, param, own, names, written, models) -> HeldTensor:
-    dtype = str(param.dtype).removeprefix("torch.")
-    values = not param.is_meta
-    fp = None
-    if values:
-        rows = min(_owner_rows(models, param), param.shape[0])
-        step = chunk_rows_for(param.shape)
-        fp = fingerprint(tensor_chunks(param, step, rows), dtype, step)
-    same = names.get(id(param))
-    return HeldTensor(param=name, shape=list(param.shape), dtype=dtype,
-                      same_object_as=None if param is own else same, replaced=param is not own,
-                      unwritten_fraction=unwritten_fraction(param) if values else None,
-                      written_by=written.get(id(param), []), fingerprint=fp)
 
 
 def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
@@ -229,8 +192,8 @@ def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
                 "hidden_size": getattr(tcfg, "hidden_size", None), "vocab_size": getattr(tcfg, "vocab_size", None),
                 "tie_word_embeddings": bool(getattr(tcfg, "tie_word_embeddings", False)),
                 "has_weights": has_weights, "loaded": target_loaded, "load_error": target_error},
-        embed=_held(EMBED_PARAM, draft.get_parameter(EMBED_PARAM), own_embed, names, written, (target, draft)),
-        head=_held(HEAD_PARAM, draft.get_parameter(HEAD_PARAM), own_head, names, written, (target, draft)),
+        embed=held(EMBED_PARAM, draft.get_parameter(EMBED_PARAM), own_embed, names, written, (target, draft)),
+        head=held(HEAD_PARAM, draft.get_parameter(HEAD_PARAM), own_head, names, written, (target, draft)),
         hot_token_id_len=None if hot is None else int(hot.shape[0]),
         error=error,
     )

@@ -1,0 +1,51 @@
+"""What a draft holds after an engine's embed/head wiring, recorded the same way for every engine adapter.
+
+Contract served: ``embed-head``. The wiring swaps parameter objects (SGLang's ``set_embed`` /
+``set_embed_and_head``, vLLM's proposer sharing the target's ``embed_tokens`` / ``lm_head``); whether the draft
+ends up with its trained tensors, the target's, or never-written ones is read from parameter identity, the NaN
+sentinel of the load and chunked checksums of the held values.
+"""
+
+from __future__ import annotations
+
+from contracts.engines.tracing import unwritten_fraction
+from contracts.fingerprint import chunk_rows_for, fingerprint, tensor_chunks
+from contracts.observations_wiring import HeldTensor
+
+
+def materialise(model, param) -> None:
+    """Give one meta parameter real CPU storage holding the NaN sentinel, keeping the engine's attributes on it."""
+    import torch
+
+    for module in model.modules():
+        if getattr(module, "weight", None) is param and param.is_meta:
+            real = torch.nn.Parameter(torch.full(param.shape, float("nan"), dtype=param.dtype),
+                                      requires_grad=param.requires_grad)
+            real.__dict__.update(param.__dict__)  # weight_loader, input_dim, output_dim (set_weight_attrs)
+            module.weight = real
+
+
+def owner_rows(models, param) -> int:
+    """Rows that hold vocabulary entries (vocab-parallel weights are padded, e.g. to a multiple of 64)."""
+    for model in models:
+        for module in model.modules():
+            if getattr(module, "weight", None) is param:
+                return int(getattr(module, "org_vocab_size", param.shape[0]))
+    return int(param.shape[0])
+
+
+def held(name, param, own, names, written, models) -> HeldTensor:
+    """The record of one vocabulary tensor the draft holds (``own``: the parameter it was built and loaded with;
+    ``names``: id -> "target:<param>" of the target's parameters; ``written``: id -> file keys that wrote it)."""
+    dtype = str(param.dtype).removeprefix("torch.")
+    values = not param.is_meta
+    fp = None
+    if values:
+        rows = min(owner_rows(models, param), param.shape[0])
+        step = chunk_rows_for(param.shape)
+        fp = fingerprint(tensor_chunks(param, step, rows), dtype, step)
+    same = names.get(id(param))
+    return HeldTensor(param=name, shape=list(param.shape), dtype=dtype,
+                      same_object_as=None if param is own else same, replaced=param is not own,
+                      unwritten_fraction=unwritten_fraction(param) if values else None,
+                      written_by=written.get(id(param), []), fingerprint=fp)
