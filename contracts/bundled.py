@@ -41,8 +41,10 @@ def expected_failures(engine: str | None = None) -> dict[tuple[str, str], str] |
     the pinned one); None when fixtures/expected.json documents no verdicts for that release."""
     if not EXPECTED.exists():
         return {}
+    from contracts.engines import canonical
+
     doc = json.loads(EXPECTED.read_text())
-    by_engine = doc["engines"].get(engine or doc["pinned"])
+    by_engine = doc["engines"].get(canonical(engine) if engine else doc["pinned"])
     if by_engine is None:
         return None
     return {(name, cid): why for name, by in by_engine.items() for cid, why in by.items()}

@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--trainer", choices=("speculators", "specforge"),
                    help="the library that trained a flat-config draft (for a draft converted by hand: its aux "
                         "layer ids are then read in that trainer's convention)")
-    c.add_argument("--engine", default="sglang", help="engine under test: sglang or sglang==VERSION")
+    c.add_argument("--engine", default="sglang", help="engine under test: sglang (installed here), sglang==VERSION, "
+                   "vllm (its pinned CPU build, own environment) or vllm==VERSION")
     c.add_argument("--only", help="comma-separated contract ids")
     c.add_argument("--format", choices=FORMATS, default="text")
     c.add_argument("--output", help="write the report to FILE instead of stdout")
@@ -68,11 +69,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _check_engine(spec: str) -> None:
     """A usable engine spec: the SGLang installed here, or a release this suite has a recipe for."""
-    from contracts.engines import EngineSpecError, parse_spec
+    from contracts.engines import EngineSpecError, canonical, parse_spec
     from contracts.engines.inprocess import installed_sglang
 
     try:
-        name, version = parse_spec(spec)
+        name, version = parse_spec(canonical(spec))
         if version is None:
             if installed_sglang() is None:
                 raise UsageError("SGLang is not installed in this environment: run through `tox -e check`, or "

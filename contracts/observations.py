@@ -126,6 +126,8 @@ class AuxCaptureObservation(Observation):
     fc_ran: bool | None = None
     draft_forward_error: str | None = None
     ids_for_trainer_layers: list | None = None  # explicit ids that make the engine capture the trainer's layers
+    ids_key: str | None = None  # where the engine reads explicit ids (None: eagle_config.eagle_aux_hidden_state_layer_ids)
+    hf_indices_from: str | None = None  # how hf_indices were verified (None: against transformers' hidden_states)
 
 
 @dataclass
@@ -160,3 +162,4 @@ class ForwardObservation(Observation):
     tolerance: float | None = None
     tolerance_why: str | None = None
     error: str | None = None
+    skip_reason: str | None = None  # the engine cannot run this replay here (e.g. a head size its CPU kernel lacks)

@@ -29,7 +29,8 @@ def pytest_addoption(parser):
     group.addoption("--contracts-only", default=None, metavar="IDS",
                     help="comma-separated contract ids to run (default: all)")
     group.addoption("--engine", action="append", default=[], metavar="SPEC", dest="contracts_engine",
-                    help="engine under test: sglang (installed here) or sglang==X (its own cached environment); "
+                    help="engine under test: sglang (installed here), sglang==X, vllm or vllm==X (each in its own "
+                         "cached environment); "
                          "repeatable: every subject is judged on each")
 
 

@@ -68,8 +68,10 @@ def render_text(reports: list[dict]) -> str:
         out.append(f"{rep.get('name') or rep['checkpoint']}  ({rep['trainer_format']} checkpoint, "
                    f"target {rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
                    f"{rep['duration_s']:.1f}s)")
-        if rep.get("judged_as"):
+        if (rep.get("judged_as") or {}).get("form") == "converted":
             out.append(f"  judged in its converted form, as `{rep['judged_as']['command']}` writes it")
+        elif rep.get("judged_as"):
+            out.append(f"  judged as saved: {rep['judged_as']['why']}")
         for r in rep["results"]:
             out.append(f"  {MARK[r['status']]}  {r['contract']}{cause(r)}: {r['summary']}")
             if r["status"] in (FAIL, WARN):
@@ -88,7 +90,9 @@ def render_markdown(reports: list[dict]) -> str:
     for rep in reports:
         out.append(f"### {rep.get('name') or rep['checkpoint']}\n")
         out.append(f"engine {rep['engine']['name']} {rep['engine']['version']}, {rep['trainer_format']} checkpoint"
-                   + (f", judged in its converted form (`{rep['judged_as']['command']}`)" if rep.get("judged_as") else "")
+                   + (f", judged in its converted form (`{rep['judged_as']['command']}`)"
+                      if (rep.get("judged_as") or {}).get("form") == "converted" else
+                      f", judged as saved ({rep['judged_as']['why']})" if rep.get("judged_as") else "")
                    + "\n")
         out.append("| contract | status | summary | fix |\n|---|---|---|---|")
         for r in rep["results"]:

@@ -2,7 +2,7 @@
 them gathered lazily (once per subject, shared by every contract) through an engine adapter.
 
 The user's directories are only read. A speculators checkpoint, which SGLang cannot load as saved, is
-judged after the conversion a user would apply (``contracts.convert``), written to a private temporary
+judged on SGLang after the conversion a user would apply (``contracts.convert``), written to a private temporary
 directory that is removed on ``close()``.
 """
 
@@ -41,7 +41,7 @@ class Subject:
     trainer: str | None = None  # the library that trained it, when known (else inferred from the format)
     trainer_aux_ids: list[int] | None = None  # the aux layer ids it trained on, in the trainer's convention
     reference_path: Path | None = None  # the trainer's own reference forward (inputs + step-0 logits), if any
-    engine: str = "sglang"  # the engine under test: "sglang" (installed here) or "sglang==X" (its own environment)
+    engine: str = "sglang"  # the engine under test: "sglang" (installed here), "sglang==X", "vllm" or "vllm==X"
 
     def __post_init__(self):
         self.checkpoint_path = Path(self.checkpoint_path)
@@ -84,7 +84,7 @@ class Subject:
         from contracts.engines.errors import EngineBuildError
 
         try:
-            return self.adapter.load(self.engine_dir), None
+            return self.adapter.load(self.engine_dir, self.target_path), None
         except EngineBuildError as e:
             return None, str(e)
 
@@ -103,9 +103,24 @@ class Subject:
         return observation
 
     @property
+    def engine_name(self) -> str:
+        from contracts.engines import parse_spec
+
+        return parse_spec(self.engine)[0]
+
+    @property
     def converted(self) -> bool:
-        """The engine reads a converted copy (a speculators checkpoint), not the directory as saved."""
-        return self.trainer_format == "speculators"
+        """The engine reads a converted copy (a speculators checkpoint on SGLang, which cannot dispatch the saved
+        format), not the directory as saved (vLLM reads speculators' format natively)."""
+        return self.trainer_format == "speculators" and self.engine_name == "sglang"
+
+    def judged_as(self) -> dict | None:
+        """Which form of a speculators checkpoint the verdicts are about (flat configs: always as saved)."""
+        if self.trainer_format != "speculators":
+            return None
+        if self.converted:
+            return {"form": "converted", "command": self.convert_command()}
+        return {"form": "as saved", "why": f"{self.engine_name} reads speculators' config format natively"}
 
     def convert_command(self) -> str:
         import shlex
@@ -271,8 +286,9 @@ def report(subject: Subject, only: list[str] | None = None) -> dict:
             "results": [r.to_dict() for r in results],
             "duration_s": round(time.perf_counter() - start, 3),
         }
-        if subject.converted:  # every verdict is for the form a user's conversion writes, not the saved one
-            doc["judged_as"] = {"form": "converted", "command": subject.convert_command()}
+        judged_as = subject.judged_as()
+        if judged_as:  # converted: every verdict is for the form a user's conversion writes, not the saved one
+            doc["judged_as"] = judged_as
         return doc
     finally:
         subject.close()

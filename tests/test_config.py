@@ -39,7 +39,7 @@ def test_library_defaults_hold_in_their_converted_form():
 def test_serving_dtype_difference_is_a_warning():
     result = judge(DRAFTS["specforge"])  # bf16 draft; the fp32 tiny target runs in fp16 under --dtype auto
     assert result.status == "warn"
-    assert "SGLang runs the draft in bfloat16 and the target in float16" in result.summary
+    assert "SGLang 0.5.23 runs the draft in bfloat16 and the target in float16" in result.summary
 
 
 @pytest.mark.parametrize("arch,expected", [

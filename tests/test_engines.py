@@ -11,7 +11,7 @@ import pytest
 from conftest import DRAFTS, TARGET, make_copy
 
 from contracts.engines import EngineSpecError, parse_spec
-from contracts.engines.environments import RECIPE_DIR, RECIPES, recipe_for
+from contracts.engines.environments import RECIPES, recipe_dir, recipe_for
 from contracts.engines.inprocess import InProcessSGLang
 from contracts.engines.remote import WorkerEngine, WorkerError
 from contracts.engines.errors import EngineBuildError
@@ -60,21 +60,31 @@ def test_worker_sees_only_this_package_not_this_environment(worker):
     assert sorted(p.name for p in scratch.iterdir() if p.name != "stderr.log") == ["contracts"]
 
 
-def test_every_recipe_keeps_the_cpu_torch_and_exists():
-    for first, last, recipe in RECIPES:
-        lines = [line.strip() for line in (RECIPE_DIR / recipe).read_text().splitlines()]
+@pytest.mark.parametrize("engine", sorted(RECIPES))
+def test_every_recipe_keeps_the_cpu_torch_and_exists(engine):
+    for first, last, recipe in RECIPES[engine]:
+        lines = [line.strip() for line in (recipe_dir(engine) / recipe).read_text().splitlines()]
         assert "torch==2.13.0" in lines, recipe
+        # the engine itself is installed by the environment builder; torchvision never (a CUDA build)
         assert not any(line.startswith(("vllm", "torchvision", "sglang")) for line in lines), recipe
 
 
 @pytest.mark.parametrize("spec,expected", [
-    ("sglang", ("sglang", None)), ("sglang==0.5.9", ("sglang", "0.5.9")),
+    ("sglang", ("sglang", None)), ("sglang==0.5.9", ("sglang", "0.5.9")), ("vllm", ("vllm", None)),
+    ("vllm==0.32.0", ("vllm", "0.32.0")),
 ])
 def test_engine_specs(spec, expected):
     assert parse_spec(spec) == expected
 
 
-@pytest.mark.parametrize("spec", ["vllm", "sglang==", "vllm==0.11"])
+def test_a_bare_vllm_is_its_pinned_release_in_its_own_environment():
+    from contracts.engines import canonical
+
+    assert canonical("vllm") == "vllm==0.32.0" and canonical("sglang") == "sglang"
+    assert recipe_for("vllm", "0.32.0").name == "vllm-0.32.0.txt"
+
+
+@pytest.mark.parametrize("spec", ["tgi", "sglang==", "vllm==", "trtllm==1.0"])
 def test_bad_engine_specs(spec):
     with pytest.raises(EngineSpecError):
         parse_spec(spec)
@@ -94,7 +104,7 @@ def test_an_environment_pip_cannot_make_is_one_line_and_leaves_nothing(tmp_path,
     recipe = tmp_path / "sglang-0.0.1.txt"
     recipe.write_text("eagle3-contracts-no-such-package-anywhere==1.0\n")
     monkeypatch.setattr(environments, "RECIPE_DIR", tmp_path)
-    monkeypatch.setattr(environments, "RECIPES", (("0.0.1", "0.0.1", recipe.name),))
+    monkeypatch.setattr(environments, "RECIPES", {"sglang": (("0.0.1", "0.0.1", recipe.name),)})
     monkeypatch.setenv("EAGLE3_CONTRACTS_ENVS", str(tmp_path / "envs"))
     with pytest.raises(environments.EnvironmentBuildError, match=r"could not make the sglang==0.0.1 environment"):
         environments.environment_for("sglang", "0.0.1")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from contracts.checkpoint import rope_of, text_config
+from contracts.checks.evidence import engine_label
 from contracts.refusals import DRAFT_ARCHITECTURE_FIX
 from contracts.registry import FAIL, PASS, WARN, Result, contract
 
@@ -60,26 +61,26 @@ def check_config(subject) -> Result:
         raise refusal  # dispatched, then refused while building: Subject.run reports it with the fix it asks for
     ev = obs.to_dict()
     ev.pop("engine", None)
-    version = obs.engine.get("version")
+    label = engine_label(obs.engine)
     problems, warnings, fixes = [], [], []
 
     if obs.dispatch_error:
-        problems.append(f"SGLang {version} cannot dispatch architectures {flat.get('architectures')}: "
+        problems.append(f"{label} cannot dispatch architectures {flat.get('architectures')}: "
                         f"{obs.dispatch_error[:300]}")
         fixes.append(DRAFT_ARCHITECTURE_FIX)
     elif not obs.is_eagle3_draft:
-        problems.append(f"SGLang {version} dispatches architectures {obs.architectures} to {obs.draft_class}, a "
+        problems.append(f"{label} dispatches architectures {obs.architectures} to {obs.draft_class}, a "
                         f"non-draft class: it would serve the checkpoint as a plain model, without fc, d2t or the "
                         f"target's aux hidden states")
         fixes.append(DRAFT_ARCHITECTURE_FIX)
     # (warning, fix) pairs of the config file itself, before the differences from the target
-    own = _as_saved(subject, version, ev) + _duplicate_keys(subject, ev)
+    own = _as_saved(subject, label, ev) + _duplicate_keys(subject, ev)
     warnings += [w for w, _ in own]
     warn_fixes = [f for _, f in own]
 
     for key, s in obs.switches.items():
         if s["value"] is True and not s["honoured"]:
-            problems.append(f"{key}: true is ignored by SGLang {version}: flipping it on the same weights changes "
+            problems.append(f"{key}: {json.dumps(s['value'])} is ignored by {label}: flipping it on the same weights changes "
                             f"nothing, so the engine computes the {key}: false math the draft was not trained with")
             fixes.append(f"retrain with {key}: false (or serve with an engine that implements {key})")
 
@@ -111,7 +112,7 @@ def check_config(subject) -> Result:
             warnings.append(f"the target uses rope scaling {t_scaling.get('rope_type') or t_scaling.get('type')} "
                             f"and the draft none")
         if obs.engine_dtype and obs.target_engine_dtype and obs.engine_dtype != obs.target_engine_dtype:
-            warnings.append(f"with --dtype auto SGLang runs the draft in {obs.engine_dtype} and the target in "
+            warnings.append(f"with --dtype auto {label} runs the draft in {obs.engine_dtype} and the target in "
                             f"{obs.target_engine_dtype}")
 
     if obs.rope and obs.rope.get("same") is False:
@@ -130,7 +131,7 @@ def check_config(subject) -> Result:
                   f"sizes agree with the target", ev)
 
 
-def _as_saved(subject, version, ev: dict) -> list[tuple[str, str]]:
+def _as_saved(subject, label, ev: dict) -> list[tuple[str, str]]:
     """A converted checkpoint (speculators) is judged in the form the conversion writes: say whether the engine
     could serve the saved form at all (its own dispatch of the saved config), and how to get the judged form."""
     if not subject.converted:
@@ -142,7 +143,7 @@ def _as_saved(subject, version, ev: dict) -> list[tuple[str, str]]:
     if saved.is_eagle3_draft and not saved.dispatch_error:
         return []
     why = (saved.dispatch_error or f"it dispatches to {saved.draft_class}, no EAGLE-3 draft class")[:200]
-    return [(f"SGLang {version} cannot serve this checkpoint as saved (architectures {saved_archs}: {why}); every "
+    return [(f"{label} cannot serve this checkpoint as saved (architectures {saved_archs}: {why}); every "
              f"verdict here is for its converted form", f"serve the converted form: {subject.convert_command()}")]
 
 

@@ -1,4 +1,5 @@
-"""``d2t-semantics``: the engine's own ``hot_token_id`` (SGLang: ``d2t + arange(len(d2t))``) is a strictly
+"""``d2t-semantics``: the engine's own draft->target map (SGLang's ``hot_token_id = d2t + arange(len(d2t))``,
+vLLM's ``arange(draft_vocab) + draft_id_to_target_id`` in ``compute_logits``) is a strictly
 increasing, in-range map of length ``draft_vocab_size`` into the target vocab, agrees with ``t2d``, exists
 whenever the draft vocab is reduced, and equals the mapping the trainer built.
 
@@ -15,6 +16,8 @@ from contracts.registry import FAIL, PASS, Result, contract
 
 INTEGER_DTYPES = {"int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64"}
 SIDE_BY_SIDE = 8
+# where each engine's loader puts d2t: SGLang computes hot_token_id from it; vLLM loads it into a parameter
+D2T_CHANNELS = ("hot_token_id", "draft_id_to_target_id")
 
 
 def target_vocab_size(subject, engine_config: dict) -> tuple[int | None, str]:
@@ -66,7 +69,7 @@ def check_d2t_semantics(subject) -> Result:
     draft_vocab = obs.config.get("draft_vocab_size") or obs.config.get("vocab_size")
     vocab, vocab_source = target_vocab_size(subject, obs.config)
     reduced = vocab is not None and draft_vocab is not None and draft_vocab < vocab
-    d2t_keys = [k for k, v in {t.key: t.side_channel for t in obs.tensors}.items() if v == "hot_token_id"]
+    d2t_keys = [t.key for t in obs.tensors if t.side_channel in D2T_CHANNELS]
     d2t_info = ckpt.tensors.get(d2t_keys[-1]) if d2t_keys else None
     d2t = ckpt.load_tensor(d2t_keys[-1]).flatten().tolist() if d2t_info else None
     t2d_info = ckpt.tensors.get("t2d")

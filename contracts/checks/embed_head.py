@@ -2,22 +2,27 @@
 at all when ``draft_vocab_size`` is set), and its embedding is the one it was trained with.
 
 Prevents: a draft that declares ``draft_vocab_size`` but ships no ``lm_head`` serving a random head (sglang
-#27908: accept length 1.00 behind HTTP 200); the engine replacing a trained head with the target's (vllm
-#28549: accept length 1.32, 2.49 once fixed; in SGLang whenever ``draft_vocab_size`` is null); a tied config
-turning the head into the embedding; SGLang's ``set_embed`` returning silently when ``target_hidden_size !=
-hidden_size``, leaving a draft without ``embed_tokens`` on a random embedding; and a draft trained with
-another embedding than the target's, which SGLang serves in its place. Judged on what the draft holds after
-``EagleDraftWorker.init_lm_head`` (parameter identity, the load's NaN sentinel, chunked checksums), compared
-with the checkpoint's and the target's tensors read from their files in row chunks.
+#27908: accept length 1.00 behind HTTP 200) or, on vLLM, the target's full-vocabulary head, which no
+``draft_id_to_target_id`` maps; the engine replacing a trained head with the target's (vllm #28549: accept
+length 1.32, 2.49 once fixed; in SGLang whenever ``draft_vocab_size`` is null); a tied config turning the head
+into the embedding; an engine that does not share the target's embedding into a draft whose hidden size differs
+(SGLang's ``set_embed`` returns silently, vLLM keeps the draft's), leaving a draft without ``embed_tokens`` on a
+random embedding; and a draft trained with another embedding than the target's, which SGLang serves in its
+place. Judged on what the draft holds after the engine's own wiring (SGLang's
+``EagleDraftWorker.init_lm_head``, vLLM's ``EagleProposer.load_model``): parameter identity, the load's NaN
+sentinel, chunked checksums, compared with the checkpoint's and the target's tensors read from their files in
+row chunks.
 """
 
 from __future__ import annotations
 
+from contracts.checks.evidence import engine_label
 from contracts.fingerprint import coarser, compare_file_tensors, file_chunks, fingerprint, first_differing_rows
 from contracts.registry import FAIL, PASS, SKIP, Result, contract
 
 CID = "embed-head"
 RANDOM = "never written (random)"
+VOCAB_PADDING = 64  # both engines pad vocab-parallel weights to a multiple of 64 rows
 
 
 def _key(tensors: dict, suffix: str) -> str | None:
@@ -25,9 +30,20 @@ def _key(tensors: dict, suffix: str) -> str | None:
     return keys[0] if keys else None
 
 
+def _via(obs, role: str) -> str:
+    """The engine step that put the target's tensor into the draft (SGLang: set_embed / set_embed_and_head;
+    vLLM: the proposer's _maybe_share_embeddings / _maybe_share_lm_head)."""
+    if "set_embed_and_head" in obs.calls:
+        return "set_embed_and_head"
+    own = "_maybe_share_lm_head" if role == "head" else "_maybe_share_embeddings"
+    if own in obs.calls:
+        return own
+    return obs.calls[0] if obs.calls else "set_embed"
+
+
 def _origin(held, obs, role: str) -> str:
     """Where the tensor the draft holds came from, in the contract's words."""
-    via = "set_embed_and_head" if "set_embed_and_head" in obs.calls else "set_embed"
+    via = _via(obs, role)
     if held.same_object_as and held.same_object_as.startswith("target:"):
         shared = f"target ({via})"
         if role == "head" and held.same_object_as.endswith("embed_tokens.weight"):
@@ -40,6 +56,19 @@ def _origin(held, obs, role: str) -> str:
     if role == "head" and obs.tied:
         return "the checkpoint's embedding, tied"
     return "checkpoint"
+
+
+def _same_as_target_head(obs, ckpt, target, ckpt_head: str, h_ev: dict) -> bool:
+    """The target's head the draft is served with holds exactly the checkpoint's head (nothing trained is lost:
+    vLLM shares an identical head to save memory)."""
+    keys = [k for k in obs.head.written_by if k in target.tensors]
+    if not keys:
+        return False
+    a = (ckpt.path / ckpt.tensors[ckpt_head].file, ckpt_head)
+    b = (target.path / target.tensors[keys[0]].file, keys[0])
+    cmp = compare_file_tensors(a, b, coarser(ckpt.tensors[ckpt_head].dtype, target.tensors[keys[0]].dtype))
+    h_ev["checkpoint_vs_target"] = cmp
+    return bool(cmp["comparable"] and not cmp["rows_differing"])
 
 
 def _file_fingerprint(ckpt, key: str, like: dict) -> dict:
@@ -118,14 +147,13 @@ def check_embed_head(subject) -> Result:
                           else f"{cmp['rows_differing']} of {cmp['shape'][0]} rows differ, first row "
                                f"{cmp['first_differing_row']}, max |Δ| {cmp['max_abs_diff']:.4g} "
                                f"in {cmp['compared_as']}")
-                via = obs.calls[0] if obs.calls else "set_embed"
+                via = _via(obs, "embed")
                 problems.append(f"the checkpoint's `{ckpt_embed}` is not the target's embedding ({detail}), but the "
                                 f"engine serves the draft with the target's ({via}): the draft was trained with "
                                 f"another embedding than it runs with")
-                fixes.append(f"train the draft with the target's embedding frozen (as speculators does) — SGLang "
-                             f"{obs.engine['version']} always replaces the draft's embedding with the target's when "
-                             f"hidden sizes agree — or retrain from a checkpoint whose `{ckpt_embed}` equals the "
-                             f"target's")
+                fixes.append(f"train the draft with the target's embedding frozen (as speculators does) — "
+                             f"{engine_label(obs.engine)} replaces the draft's embedding with the target's here — or "
+                             f"retrain from a checkpoint whose `{ckpt_embed}` equals the target's")
         else:
             e_ev["checkpoint_vs_target"] = "skipped: no target weights"
     elif embed_origin == RANDOM or embed_origin.startswith("partly"):
@@ -136,8 +164,8 @@ def check_embed_head(subject) -> Result:
         have = f"`{ckpt_embed}` did not fill it" if ckpt_embed else "the checkpoint has no embed_tokens"
         problems.append(f"the draft's embedding is {embed_origin}{why}, and {have}")
         fixes.append(f"save the embedding the draft was trained with as `embed_tokens.weight` "
-                     f"[{obs.embed.shape[0]}, {d['hidden_size']}] (SGLang does not share the target's embedding "
-                     f"into a draft whose hidden size differs from the target's)")
+                     f"[{obs.embed.shape[0]}, {d['hidden_size']}] ({engine_label(obs.engine)} does not share the "
+                     f"target's embedding into a draft whose hidden size differs from the target's)")
 
     # --- the head -------------------------------------------------------------------------------------------
     h_ev = evidence["head"]
@@ -147,11 +175,14 @@ def check_embed_head(subject) -> Result:
             problems.append(f"the served head differs from the checkpoint's `{ckpt_head}` (first rows "
                             f"{h_ev.get('first_rows_differing_from_checkpoint')})")
             fixes.append(f"save `{ckpt_head}` once, in the shape and name the engine loads")
-    if ckpt_head and head_origin.startswith("target"):
+    same_as_target = bool(values and ckpt_head and head_origin.startswith("target")
+                          and _same_as_target_head(obs, ckpt, target, ckpt_head, h_ev))
+    if ckpt_head and head_origin.startswith("target") and not same_as_target:
         rows = h_ev["checkpoint_shape"][0]
+        why = "set_embed_and_head, because draft_vocab_size is null" if "set_embed_and_head" in obs.calls else \
+            _via(obs, "head")
         problems.append(f"the trained `{ckpt_head}` {h_ev['checkpoint_shape']} is replaced by the target's head "
-                        f"{obs.head.shape} (set_embed_and_head, because draft_vocab_size is null): the trained "
-                        f"head is lost")
+                        f"{obs.head.shape} ({why}): the trained head is lost")
         fixes.append(f"set `draft_vocab_size: {rows}` in config.json (the rows of the trained head"
                      + (", with d2t mapping them" if t["vocab_size"] and rows < t["vocab_size"] else "")
                      + ") so the engine loads it instead of the target's")
@@ -165,6 +196,14 @@ def check_embed_head(subject) -> Result:
                         f"{d['draft_vocab_size']}, so every draft token comes from a random head")
         fixes.append(f"save the trained head as `lm_head.weight` [{obs.head.shape[0]}, {d['hidden_size']}]; or, if "
                      f"the draft is meant to use the target's head, set `draft_vocab_size: null` and remove d2t/t2d")
+    draft_vocab, held_rows = d["draft_vocab_size"], (obs.head.shape or [None])[0]
+    if draft_vocab and held_rows and not head_origin.startswith(("never", "partly")) and \
+            (held_rows < draft_vocab or held_rows - draft_vocab >= VOCAB_PADDING):
+        problems.append(f"the draft declares draft_vocab_size {draft_vocab} but is served with a head of {held_rows} "
+                        f"rows ({head_origin}): the engine's draft->target map has {draft_vocab} entries, so these "
+                        f"logits map to no target ids as trained")
+        fixes.append(f"save the trained head as `lm_head.weight` [{draft_vocab}, {d['hidden_size']}]; or, if the draft "
+                     f"is meant to use the target's full head, set `draft_vocab_size: null` and remove d2t/t2d")
     stopped = ""
     if obs.error and obs.calls:
         problems.append(f"the engine's worker wiring raised: {obs.error}")
@@ -181,7 +220,8 @@ def check_embed_head(subject) -> Result:
         note = f", equal to the checkpoint's `{ckpt_embed}` in {e_ev['checkpoint_vs_target']['compared_as']}"
     elif ckpt_embed is None and embed_origin.startswith("target"):
         note = " (the checkpoint has no embed_tokens)"
-    head_note = f" (trained {h_ev['checkpoint_shape']} kept)" if ckpt_head and head_origin == "checkpoint" else ""
+    head_note = f" (trained {h_ev['checkpoint_shape']} kept)" if ckpt_head and head_origin == "checkpoint" else \
+        f" (identical to the checkpoint's `{ckpt_head}`)" if same_as_target else ""
     skipped = "" if values else "; value checks skipped: no target weights"
     return Result(CID, PASS, f"embedding: {embed_origin}{note}; head: {head_origin}{head_note}{skipped}{stopped}",
                   evidence)

@@ -31,3 +31,11 @@ def collapse_layers(names: list[str], limit: int = 12) -> str:
             parts.append(f"`{key.replace('{}', '{' + span + '}')}`")
     more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
     return ", ".join(parts[:limit]) + more
+
+
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+
+
+def engine_label(engine: dict) -> str:
+    """``SGLang 0.5.23`` / ``vLLM 0.32.0``: how a verdict names the engine release that produced it."""
+    return f"{ENGINE_NAMES.get(engine.get('name'), engine.get('name'))} {engine.get('version')}"

@@ -39,6 +39,8 @@ def check_forward_parity(subject) -> Result:
           "compute_dtype": obs.compute_dtype, "tolerance": obs.tolerance, "tolerance_why": obs.tolerance_why,
           "max_abs_diff": obs.max_abs_diff if obs.max_abs_diff is None or math.isfinite(obs.max_abs_diff)
           else "non-finite: NaN or inf in the engine's logits", "positions": len(obs.engine_logits or [])}
+    if obs.skip_reason:
+        return Result("forward-parity", SKIP, f"not judged on this engine here: {obs.skip_reason}", ev)
     if obs.error:
         ev["engine_error"] = obs.error
         return Result("forward-parity", FAIL, f"the engine's draft forward failed on the reference inputs: {obs.error}",

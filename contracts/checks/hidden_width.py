@@ -5,16 +5,18 @@ bypassed), and the physical layers captured are the ones the trainer trained on.
 Prevents accept length 1.00 behind a healthy server: a target class without ``set_eagle3_layers_to_capture``
 (Kimi-K2.5 on SGLang 0.5.9) hands over one layer's state, SGLang's draft skips ``fc`` because the width equals
 its embedding's, and the forward succeeds; ``use_aux_hidden_state: false`` does the same; and layer ids
-counted in another convention (SGLang adds 1 to explicit ids; speculators does not) feed the draft
-neighbouring layers it was never trained on.
+counted in another convention (SGLang adds 1 to explicit ids; speculators and vLLM do not) feed the draft
+neighbouring layers it was never trained on. On vLLM a target class without ``SupportsEagle3`` refuses to
+start; the ids convention is judged the same way.
 """
 
 from __future__ import annotations
 
+from contracts.checks.evidence import engine_label
 from contracts.registry import FAIL, PASS, SKIP, Result, contract
 
 # Engine releases that gained the hook for a target class (FIELD-NOTES §3), for the fix line.
-HOOK_SINCE = {
+HOOK_SINCE = {  # (SGLang)
     "KimiK25ForConditionalGeneration": "SGLang 0.5.10 (kimi_k25 delegates capture to its DeepSeek-V3 language model)",
     "DeepseekV2ForCausalLM": "SGLang 0.5.6", "DeepseekV3ForCausalLM": "SGLang 0.5.6",
 }
@@ -36,18 +38,20 @@ def check_hidden_width(subject) -> Result:
     aux = subject.aux
     ev = aux.to_dict()
     ev.pop("engine", None)
-    version = aux.engine.get("version")
+    label = engine_label(aux.engine)
+    sglang = aux.engine.get("name") == "sglang"
+    hook_name = "set_eagle3_layers_to_capture" if sglang else "SupportsEagle3 (set_aux_hidden_state_layers)"
     problems, fixes = [], []
     n = aux.num_target_layers
 
     if aux.hook == "missing" or aux.configure_error:
-        reason = aux.configure_error or "the class has no set_eagle3_layers_to_capture"
+        reason = aux.configure_error or f"the class has no {hook_name}"
         problems.append(f"target class {aux.target_class or aux.target_architecture} cannot capture aux hidden states "
-                        f"on SGLang {version}: {reason}")
-        since = HOOK_SINCE.get(aux.target_architecture)
+                        f"on {label}: {reason}")
+        since = HOOK_SINCE.get(aux.target_architecture) if sglang else None
         fixes.append(f"serve with {since}" if since else
-                     f"no SGLang release up to {version} implements set_eagle3_layers_to_capture for "
-                     f"{aux.target_architecture}: serve a target class that does, or add the hook to it")
+                     f"{label} does not implement {hook_name} for {aux.target_architecture}: serve a target class "
+                     f"that does, or add the hook to it")
     if aux.use_aux_hidden_state is False:
         problems.append("the draft config sets eagle_config.use_aux_hidden_state: false, so the engine captures no aux "
                         "layers although fc expects them")
@@ -89,14 +93,14 @@ def check_hidden_width(subject) -> Result:
         trainer, ids, wanted = trained["name"], trained["ids"], trained["hf_hidden_states"]
         ev["trainer"] = trained
         ev["engine_hf_hidden_states"] = engine_layers
-        ev["engine_hf_mapping"] = "verified against transformers" if aux.hf_indices else \
+        ev["engine_hf_mapping"] = (aux.hf_indices_from or "verified against transformers") if aux.hf_indices else \
             "layer-input convention verified on the Llama target"
         if list(engine_layers) != list(wanted):
             problems.append(f"the engine captures hidden_states {list(engine_layers)} but {trainer} trained on "
                             f"hidden_states {wanted} (its ids {ids})")
             if aux.ids_for_trainer_layers is not None:
-                fixes.append(f"write eagle_config.eagle_aux_hidden_state_layer_ids: {aux.ids_for_trainer_layers} "
-                             f"(SGLang then captures hidden_states {wanted})")
+                fixes.append(f"write {aux.ids_key or 'eagle_config.eagle_aux_hidden_state_layer_ids'}: "
+                             f"{aux.ids_for_trainer_layers} ({label} then captures hidden_states {wanted})")
     elif not subject.trainer_name:
         ev["trainer"] = ("unknown (a flat config names no trainer): layer alignment not judged; pass --trainer "
                          "speculators|specforge to judge it")

@@ -4,17 +4,19 @@ documented sharing with the target.
 
 Prevents the silent drop: SGLang's EAGLE-3 ``load_weights`` skips names it cannot match without a word
 (0.5.3 dropped all ``layers.0.*`` tensors of speculators drafts; stray ``layers.1.*`` or
-``model.decoder.fc.weight`` vanish the same way) and the unwritten parameters serve random values.
-This is the invariant vLLM's default loader enforces ("Following weights were not initialized from
-checkpoint"), checked from the outside because no engine enforces it for EAGLE-3 drafts.
+``model.decoder.fc.weight`` vanish the same way), vLLM's drops ``fc.bias`` and ``q_proj.bias`` and never notices
+a missing tensor, and the unwritten parameters serve random values. This is the invariant vLLM's default loader
+enforces ("Following weights were not initialized from checkpoint"), checked from the outside because neither
+engine enforces it for EAGLE-3 drafts (both return None from ``load_weights``). A load the engine aborts (vLLM
+raises on a stray ``layers.1.*`` after a partial load) is a failure naming the key it raised on.
 """
 
 from __future__ import annotations
 
-from contracts.checks.evidence import collapse_layers
+from contracts.checks.evidence import collapse_layers, engine_label
 from contracts.registry import FAIL, PASS, Result, contract
 
-# Tensors the engine skips on purpose. t2d is the target->draft mask; SGLang derives the map from d2t
+# Tensors the engine skips on purpose. t2d is the target->draft mask; both engines derive the map from d2t
 # alone (``continue`` on any name containing "t2d"); d2t-semantics checks that the two agree.
 IGNORED_BY_DESIGN = {"t2d": "target->draft mask; the engine maps draft ids with d2t alone"}
 
@@ -84,7 +86,10 @@ def check_key_naming(subject) -> Result:
         evidence["load_error"] = obs.load_error
 
     problems, fixes = [], []
-    if dropped:
+    if dropped and obs.load_error:  # the engine stopped loading: what it never reached is not a silent drop
+        problems.append(f"{len(dropped)} tensor(s) never reached a parameter because the engine's load_weights "
+                        f"raised before loading them: {collapse_layers(dropped)}")
+    elif dropped:
         problems.append(f"{len(dropped)} tensor(s) dropped by the engine's loader: {collapse_layers(dropped)}")
         num_layers = obs.config.get("num_hidden_layers")
         fixes += [_fix_for_dropped(k, obs.probes, present, num_layers) for k in dropped]
@@ -98,9 +103,13 @@ def check_key_naming(subject) -> Result:
                 fixes.append(f"{p.name} is only partly written ({p.unwritten_fraction:.0%} missing; shards loaded: "
                              f"{', '.join(shards)}): save the missing shard tensors")
             else:
-                fixes.append(f"save a tensor for {p.name} (SGLang reads it as `{_checkpoint_name(p.name)}`)")
+                fixes.append(f"save a tensor for {p.name} ({engine_label(obs.engine).split()[0]} reads it as "
+                             f"`{_checkpoint_name(p.name)}`)")
     if obs.load_error:
         problems.append(f"the engine's load_weights raised: {obs.load_error}")
+        if "raised on " in obs.load_error:  # what was not loaded follows from the raise: one fix, for its cause
+            fixes = [f"remove or rename the tensor(s) {engine_label(obs.engine)} raised on (a name no parameter of "
+                     f"the draft has): it refuses to load the draft while they are there"]
     if problems:
         return Result("key-naming", FAIL, "; ".join(problems), evidence, "; ".join(fixes) or None)
     summary = f"all {len(obs.tensors)} tensors reach {obs.draft_class}"

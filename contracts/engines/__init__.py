@@ -2,9 +2,10 @@
 serialisable observations out (see ``contracts.observations``); the checks never import an engine.
 
 An ``Engine`` is the seam a ``Subject`` asks for observations: ``InProcessSGLang`` runs the SGLang installed
-in this environment; ``WorkerEngine`` runs the same adapter in a subprocess inside another SGLang release's
-environment (made from that release's recipe, ``contracts.engines.environments``) and decodes the JSON it
-sends back into the same observation types, so one report can hold verdicts from several releases.
+in this environment; ``WorkerEngine`` runs an adapter in a subprocess inside another environment (another SGLang
+release, or vLLM's CPU build, each made from this project's recipe, ``contracts.engines.environments``) and
+decodes the JSON it sends back into the same observation types, so one report can hold verdicts from several
+releases of both engines.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ class Engine(Protocol):
     """What a subject asks of an engine; every method returns an observation (or raises the adapter's
     ``EngineBuildError`` / ``TargetBuildError`` when the engine's own code refuses)."""
 
-    spec: str  # "sglang" (the one installed here) or "sglang==X"
+    spec: str  # "sglang" (the one installed here), "sglang==X", "vllm" (its pinned release) or "vllm==X"
 
     def info(self) -> dict: ...
 
-    def load(self, engine_dir): ...
+    def load(self, engine_dir, target_dir=None): ...  # the target: vLLM builds a draft against its config
 
     def aux(self, engine_dir, target_dir, trainer_hf_indices): ...
 
@@ -30,35 +31,49 @@ class Engine(Protocol):
 
     def forward(self, engine_dir, target_dir, reference_path): ...
 
-    def surface(self) -> dict: ...  # contracts.engines.sglang.surface: the release's EAGLE-3 contract surface
+    def surface(self) -> dict: ...  # the release's EAGLE-3 contract surface (drift between releases)
 
 
 class EngineSpecError(ValueError):
     """An ``--engine`` value that names no engine or no release this suite has a recipe for."""
 
 
+ENGINES = ("sglang", "vllm")
+# vLLM is never installed beside the suite (its CPU build pins its own torch and transformers): a bare
+# ``vllm`` means this release, in its own environment.
+VLLM_PINNED = "0.32.0"
+
+
 def parse_spec(spec: str) -> tuple[str, str | None]:
-    """``"sglang"`` -> ("sglang", None); ``"sglang==0.5.9"`` -> ("sglang", "0.5.9")."""
+    """``"sglang"`` -> ("sglang", None); ``"sglang==0.5.9"`` -> ("sglang", "0.5.9"); ``"vllm"`` -> ("vllm", None)."""
     name, sep, version = spec.strip().partition("==")
-    if name != "sglang":
-        raise EngineSpecError(f"unsupported engine {name!r} (supported: sglang, sglang==VERSION)")
+    if name not in ENGINES:
+        raise EngineSpecError(f"unsupported engine {name!r} (supported: sglang, sglang==VERSION, vllm, vllm==VERSION)")
     if sep and not version:
         raise EngineSpecError(f"{spec!r}: give a version after '=='")
     return name, version or None
+
+
+def canonical(spec: str) -> str:
+    """The spec an engine is known by in reports and caches: ``vllm`` is ``vllm==<pinned>``."""
+    name, version = parse_spec(spec)
+    if name == "vllm" and version is None:
+        version = VLLM_PINNED
+    return f"{name}=={version}" if version else name
 
 
 _engines: dict[str, Engine] = {}
 
 
 def engine_for(spec: str = "sglang") -> Engine:
-    """The engine for ``spec``, one per process: in-process when the release is the one installed here (or no
-    version is asked), else a worker in that release's cached environment (built on first use)."""
+    """The engine for ``spec``, one per process: in-process when it is the SGLang installed here (or no version
+    is asked), else a worker in that release's cached environment (built on first use)."""
     from contracts.engines.inprocess import InProcessSGLang, installed_sglang
 
-    name, version = parse_spec(spec)
-    key = f"{name}=={version}" if version else name
+    key = canonical(spec)
+    name, version = parse_spec(key)
     if key not in _engines:
-        if version is None or version == installed_sglang():
+        if name == "sglang" and (version is None or version == installed_sglang()):
             _engines[key] = InProcessSGLang(key)
         else:
             from contracts.engines.environments import environment_for

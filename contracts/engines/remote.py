@@ -1,5 +1,5 @@
-"""``WorkerEngine``: another SGLang release, driven through an engine worker (``contracts.engines.worker``) in
-that release's own environment. Observations come back as JSON and are decoded into the same types the
+"""``WorkerEngine``: another SGLang release, or vLLM, driven through an engine worker (``contracts.engines.worker``)
+in that release's own environment. Observations come back as JSON and are decoded into the same types the
 in-process engine returns, so the checks cannot tell (and need not know) where they were made.
 
 One worker per release per process, started on first use and kept for every subject after it (the start-up,
@@ -39,9 +39,10 @@ class WorkerError(RuntimeError):
 
 
 class WorkerEngine:
-    def __init__(self, spec: str, python: Path):
+    def __init__(self, spec: str, python: Path, adapter: str | None = None):
         self.spec = spec
         self.python = Path(python)
+        self.adapter = adapter or spec.partition("==")[0].partition("(")[0]  # which adapter the worker runs
         self._proc: subprocess.Popen | None = None
         self._info: dict | None = None
         self._next = 0
@@ -52,8 +53,8 @@ class WorkerEngine:
         self._start()
         return dict(self._info)
 
-    def load(self, engine_dir):
-        return self._call("load", engine_dir=_abs(engine_dir))
+    def load(self, engine_dir, target_dir=None):
+        return self._call("load", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir))
 
     def aux(self, engine_dir, target_dir, trainer_hf_indices):
         return self._call("aux", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir),
@@ -84,7 +85,7 @@ class WorkerEngine:
         self._log = open(Path(self._scratch) / "stderr.log", "w+")  # noqa: SIM115  (kept for the worker's life)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         env.update(PYTHONPATH=self._scratch, PYTHONNOUSERSITE="1")
-        self._proc = subprocess.Popen([str(self.python), "-m", "contracts.engines.worker"], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([str(self.python), "-m", "contracts.engines.worker", self.adapter], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
                                       cwd=self._scratch)
         first = self._read()

@@ -20,14 +20,15 @@ TINY = {"hidden_size": HIDDEN, "intermediate_size": 128, "moe_intermediate_size"
 EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 
 
-def scale_down(cfg: dict, head_dim: int = 16) -> dict:
-    """A copy of a target config with the same architecture and layer count but tiny widths."""
+def scale_down(cfg: dict, head_dim: int = 16, latent: dict | None = None) -> dict:
+    """A copy of a target config with the same architecture and layer count but tiny widths (``latent``: the
+    latent-attention widths where an engine's CPU kernel takes only some, e.g. vLLM's CPU MLA: 512 + 64)."""
     cfg = json.loads(json.dumps(cfg))
     text = text_config(cfg)
     heads = text.get("num_attention_heads") or 4
     kv = text.get("num_key_value_heads") or heads
     tiny_heads = HIDDEN // head_dim
-    for key, value in {**TINY, "num_attention_heads": tiny_heads, "head_dim": head_dim}.items():
+    for key, value in {**TINY, **(latent or {}), "num_attention_heads": tiny_heads, "head_dim": head_dim}.items():
         if key in text and text[key] is not None:
             text[key] = value
     text["hidden_size"] = HIDDEN
@@ -62,3 +63,19 @@ def scale_draft(cfg: dict, target_hidden: int, vocab: int, head_dim: int = 16) -
     if cfg.get("draft_vocab_size"):
         cfg["draft_vocab_size"] = min(int(cfg["draft_vocab_size"]), vocab)
     return cfg
+
+
+def estimated_elements(cfg: dict) -> int:
+    """A generous estimate of a model's parameter count from its config: the text decoder (attention, MLP or
+    every expert, embeddings and head) plus each sub-config with a width (vision towers: 12 H^2 per layer). Used
+    only to decide whether building a class on CPU is bounded where it cannot be sized on ``meta``."""
+    text = text_config(cfg)
+    h = int(text.get("hidden_size") or 0)
+    layers = int(text.get("num_hidden_layers") or 0)
+    inter = int(text.get("moe_intermediate_size") or text.get("intermediate_size") or 4 * h)
+    experts = max([int(text.get(k) or 0) for k in EXPERT_KEYS] + [1]) + int(text.get("n_shared_experts") or 0)
+    size = layers * (4 * h * h + 3 * h * inter * experts) + 2 * int(text.get("vocab_size") or 0) * h
+    for key, sub in cfg.items():
+        if isinstance(sub, dict) and sub is not text and isinstance(sub.get("hidden_size"), int):
+            size += 12 * sub["hidden_size"] ** 2 * int(sub.get("num_hidden_layers") or 1)
+    return size

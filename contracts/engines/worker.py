@@ -1,4 +1,5 @@
-"""An engine worker: the SGLang adapter run inside one release's environment, answering a parent process.
+"""An engine worker: an engine adapter (SGLang's or vLLM's) run inside one release's environment, answering a
+parent process.
 
 Protocol (one JSON object per line): the parent writes ``{"id", "op", "args"}`` to stdin; the worker answers
 ``{"id", "result": <observation dict>}`` or ``{"id", "error": {"kind", "message"}}`` where ``kind`` is
@@ -6,7 +7,7 @@ Protocol (one JSON object per line): the parent writes ``{"id", "op", "args"}`` 
 The first line the worker writes is ``{"ready": {"name", "version"}}``. Anything the engine prints goes to
 stderr: the protocol has stdout to itself.
 
-    python -m contracts.engines.worker        (started by contracts.engines.remote.WorkerEngine)
+    python -m contracts.engines.worker [sglang|vllm]    (started by contracts.engines.remote.WorkerEngine)
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ def _answer(engine, request: dict) -> dict:
                           "traceback": traceback.format_exc()[-4000:]}}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr, never in the protocol
-    from contracts.engines.inprocess import InProcessSGLang
+    from contracts.engines.inprocess import ADAPTERS
 
-    engine = InProcessSGLang()
+    engine = ADAPTERS[argv[0] if argv else "sglang"]()
     try:
         info = engine.info()
     except Exception as e:  # noqa: BLE001  (reported to the parent, which fails in one line)

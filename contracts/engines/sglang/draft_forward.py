@@ -12,32 +12,11 @@ from __future__ import annotations
 
 
 from contracts.checkpoint import Checkpoint
+from contracts.engines.reference import COMPUTE_DTYPE, read_reference, tolerance
 from contracts.engines.sglang.context import engine_version
 from contracts.engines.sglang.cpu_forward import extend_forward
 from contracts.engines.sglang.wiring import wire
 from contracts.observations import ForwardObservation
-
-COMPUTE_DTYPE = "float32"
-
-
-def read_reference(path) -> tuple[dict, dict]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
-
-
-def _tolerance(ref_logits, served_embed_dtype: str | None, trained_embed_dtype: str | None):
-    """float32 on both sides: accumulation order only (1e-4 of the logit scale). When the trainer embedded
-    with a 16-bit copy of the embedding the engine serves in float32, add that copy's rounding (2^-8)."""
-    scale = max(1.0, float(ref_logits.abs().max()))
-    tol, why = 1e-4 * scale, "both sides compute in float32 from the same saved weights: accumulation order only"
-    if trained_embed_dtype in ("bfloat16", "float16") and served_embed_dtype == "float32":
-        tol = 2.0 ** -8 * scale
-        why = (f"the trainer embedded with the checkpoint's {trained_embed_dtype} copy of the embedding, the engine "
-               f"serves the target's float32 one: one 16-bit rounding (2^-8 of the logit scale)")
-    return tol, why
-
 
 def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservation:
     import torch
@@ -77,5 +56,5 @@ def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservatio
     obs.max_abs_diff = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
     embed = ckpt.tensors.get("embed_tokens.weight") or ckpt.tensors.get("model.embed_tokens.weight")
     served = str(w.draft.model.embed_tokens.weight.dtype).removeprefix("torch.")
-    obs.tolerance, obs.tolerance_why = _tolerance(ref_logits, served, embed.dtype if embed is not None else None)
+    obs.tolerance, obs.tolerance_why = tolerance(ref_logits, served, embed.dtype if embed is not None else None)
     return obs

@@ -1,0 +1,102 @@
+"""One prefill of vLLM models on a CPU: vLLM's own CPU attention backend (``CPUAttentionMetadataBuilder``), a
+KV cache bound to every attention layer, inside vLLM's ``set_forward_context`` — the pieces its CPU model
+runner assembles for a batch of one request.
+
+Serves ``hidden-width`` (the target's aux capture, the draft's ``fc``), ``config`` (switches flipped on the
+same weights) and ``forward-parity``. Never ``attn_metadata=None``: vLLM's attention then returns uninitialised
+memory (measured). The CPU kernel takes head sizes 32, 64, 80, ... (``CPUAttentionBackend.
+get_supported_head_sizes``): a model of another head size is refused here with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+SEED = 0
+
+
+class UnsupportedGeometry(RuntimeError):
+    """vLLM's CPU attention kernel does not take this head size (an engine limit on a CPU, not a verdict)."""
+
+
+def supported_head_sizes() -> list[int]:
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    return list(CPUAttentionBackend.get_supported_head_sizes())
+
+
+def head_dim_of(cfg) -> int | None:
+    """The attention head size a config gives (``head_dim``, else hidden / heads); works on dicts and configs."""
+    get = cfg.get if isinstance(cfg, dict) else (lambda k: getattr(cfg, k, None))
+    head = get("head_dim")
+    if head is None and get("hidden_size") and get("num_attention_heads"):
+        head = int(get("hidden_size")) // int(get("num_attention_heads"))
+    return None if head is None else int(head)
+
+
+def runs_on_cpu(cfg) -> bool:
+    head = head_dim_of(cfg)
+    return head is not None and head in supported_head_sizes()
+
+
+@contextlib.contextmanager
+def one_request(vc, n: int):
+    """vLLM's forward context for one request of ``n`` prompt tokens over every attention layer registered in
+    ``vc`` (target and draft alike): KV caches bound, CPU attention metadata built by vLLM's own builder."""
+    import torch
+    from vllm.forward_context import set_forward_context
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    from vllm.v1.kv_cache_interface import compute_layer_kv_cache_shape_bytes
+
+    layers = {k: v for k, v in vc.compilation_config.static_forward_context.items()
+              if isinstance(v, AttentionLayerBase)}
+    metadata = {}
+    for name, layer in layers.items():
+        spec = layer.get_kv_cache_spec(vc)
+        if spec is None:
+            continue
+        backend = layer.get_attn_backend()
+        if issubclass(backend, CPUAttentionBackend) and spec.head_size not in supported_head_sizes():
+            raise UnsupportedGeometry(f"vLLM's CPU attention kernel takes head sizes {supported_head_sizes()}, "
+                                      f"not {spec.head_size} ({name})")
+        blocks = -(-n // spec.block_size) + 1
+        # the cache as vLLM lays it out for one layer: [blocks, heads, block tokens, bytes per token], typed
+        raw = torch.zeros(compute_layer_kv_cache_shape_bytes(spec, blocks), dtype=torch.uint8)
+        layer.bind_kv_cache(raw.view(spec.dtype))
+        builder = backend.get_builder_cls()(spec, [name], vc, torch.device("cpu"))
+        loc = torch.tensor([0, n], dtype=torch.int32)
+        common = CommonAttentionMetadata(
+            query_start_loc=loc, query_start_loc_cpu=loc.clone(), seq_lens=torch.tensor([n], dtype=torch.int32),
+            num_reqs=1, num_actual_tokens=n, max_query_len=n, max_seq_len=n,
+            block_table_tensor=torch.arange(blocks, dtype=torch.int32)[None], slot_mapping=torch.arange(n),
+            causal=True, positions=torch.arange(n), seq_lens_cpu_upper_bound=torch.tensor([n], dtype=torch.int32),
+            is_prefilling=torch.tensor([True]))
+        metadata[name] = builder.build(0, common)
+    with torch.no_grad(), set_forward_context(metadata, vc, num_tokens=n):
+        yield
+
+
+def finish_loading(model, model_config) -> None:
+    """What vLLM's model loader ends with (per-layer weight processing, e.g. the CPU linear kernels); it empties
+    some weights (``fc``, ``qkv_proj``) into kernel form, so everything about the loaded values is read first."""
+    import torch
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+
+    process_weights_after_loading(model, model_config, torch.device("cpu"))
+
+
+def init_random(model, seed: int = SEED) -> None:
+    """Seeded small random weights for a model built without a checkpoint (norm weights at 1)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not p.is_floating_point():
+                continue
+            if p.dim() == 1 and "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))

@@ -1,0 +1,72 @@
+"""Replay a trainer's reference forward through vLLM's own draft step, after vLLM's own proposer wiring.
+
+Contract served: ``forward-parity``. The draft is loaded by the engine's ``load_weights`` and wired to the
+target by ``EagleProposer.load_model`` (``wiring.wire``, in float32), then fed the reference's token ids,
+positions and aux hidden states the way the proposer feeds them: ``combine_hidden_states`` (``fc`` and the
+optional norms), the draft forward over one prefill (causal attention: position t sees tokens 0..t, as the
+trainer's step 0 does), and ``compute_logits``, which scatters the draft head's logits onto the target
+vocabulary through ``draft_id_to_target_id``. The logits compared are the engine's at the target ids its own
+map gives each draft id, so no part of the engine's step is re-implemented.
+"""
+
+from __future__ import annotations
+
+from contracts.checkpoint import Checkpoint
+from contracts.engines.reference import COMPUTE_DTYPE, read_reference, tolerance
+from contracts.engines.vllm.context import engine_version
+from contracts.engines.vllm.cpu_forward import finish_loading, head_dim_of, one_request, runs_on_cpu, \
+    supported_head_sizes
+from contracts.engines.vllm.loader import engine_map
+from contracts.engines.vllm.wiring import wire
+from contracts.observations import ForwardObservation
+
+
+def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservation:
+    import torch
+
+    tensors, meta = read_reference(reference_path)
+    ids, hidden, ref_logits = tensors["input_ids"], tensors["hidden_states"].float(), tensors["logits"].float()
+    ckpt = Checkpoint.open(engine_dir)
+    obs = ForwardObservation(engine={"name": "vllm", "version": engine_version()}, trainer=meta.get("trainer"),
+                             compute_dtype=COMPUTE_DTYPE, reference_logits=ref_logits.tolist())
+    d2t_key = next((k for k in ckpt.tensors if "d2t" in k), None)
+    draft_vocab = ref_logits.shape[-1]
+    d2t = ckpt.load_tensor(d2t_key).long() if d2t_key else torch.zeros(draft_vocab, dtype=torch.long)
+    obs.reference_map = (d2t + torch.arange(d2t.shape[0])).tolist()  # the trainers' documented meaning of d2t
+    w = wire(engine_dir, target_dir, dtype=COMPUTE_DTYPE)
+    obs.engine_dtype = str(w.configs.draft.dtype).removeprefix("torch.")
+    if not runs_on_cpu(w.configs.draft.hf_config):
+        obs.skip_reason = (f"vLLM's CPU attention kernel takes head sizes {supported_head_sizes()}; this draft's is "
+                           f"{head_dim_of(w.configs.draft.hf_config)}, so its forward cannot run on a CPU (a limit of "
+                           f"the engine's CPU build, not of the draft)")
+        return obs
+    if w.error:
+        obs.error = f"the engine's wiring raised {w.error}"
+        return obs
+    draft = w.draft
+    mapped = engine_map(draft)
+    obs.engine_map = mapped if mapped is not None else list(range(draft_vocab))
+    try:
+        finish_loading(draft, w.configs.draft)
+        n = int(ids.shape[0])
+        with one_request(w.configs.vc, n):
+            combined = draft.combine_hidden_states(hidden.to(w.configs.draft.dtype))
+            out, _ = draft(ids, torch.arange(n), combined)
+            scattered = draft.compute_logits(out).float()
+    except Exception as e:
+        obs.error = f"{type(e).__name__}: {str(e)[:300]}"
+        return obs
+    if scattered.shape[-1] < max(obs.engine_map) + 1:
+        obs.error = f"the engine's logits cover {scattered.shape[-1]} ids, its map reaches {max(obs.engine_map)}"
+        return obs
+    eng = scattered[:, torch.tensor(obs.engine_map)]  # back to draft-vocab order, through the engine's own map
+    obs.engine_logits = eng.tolist()
+    if eng.shape != ref_logits.shape:
+        obs.error = f"the engine's draft logits have shape {list(eng.shape)}, the trainer's {list(ref_logits.shape)}"
+        return obs
+    diff = (eng - ref_logits).abs()
+    obs.max_abs_diff = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
+    embed = ckpt.tensors.get("embed_tokens.weight") or ckpt.tensors.get("model.embed_tokens.weight")
+    served = str(draft.model.embed_tokens.weight.dtype).removeprefix("torch.")
+    obs.tolerance, obs.tolerance_why = tolerance(ref_logits, served, embed.dtype if embed is not None else None)
+    return obs

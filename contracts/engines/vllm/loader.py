@@ -1,0 +1,331 @@
+"""Build vLLM's own EAGLE-3 draft for a checkpoint directory and trace its own ``load_weights``.
+
+Contract served: ``key-naming`` / ``tensor-shapes`` / ``d2t-semantics``. vLLM's
+``Eagle3LlamaForCausalLM.load_weights`` returns None, so vLLM's own check "Following weights were not
+initialized from checkpoint" never runs for EAGLE-3 drafts: a missing ``post_attention_layernorm``,
+``embed_tokens`` or ``d2t`` goes unnoticed (the parameter keeps its initial value; ``draft_id_to_target_id``
+stays zeros, the identity map), ``fc.bias`` and ``q_proj.bias`` are dropped without a word (its loader ignores
+unexpected biases), and a stray ``layers.1.*`` or unknown name raises after a partial load. Nothing here
+re-implements that loader: the draft is built by vLLM's ``initialize_model`` from the configs its server makes
+(``context.draft_configs``), every float parameter holds a NaN sentinel, every parameter's weight loader is
+wrapped to record which checkpoint tensor reached it (vLLM collects all tensors before loading, so a tensor is
+known by its object, not by the order it was fed), and the draft->target map is read from the engine's own
+``compute_logits``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint, InputError
+from contracts.engines.errors import EngineBuildError
+from contracts.engines.tracing import (READ_WHOLE_ELEMENTS, CopyCounter, choose_device, fill_sentinel,
+                                       iter_for_device, unwritten_fraction)
+from contracts.engines.vllm.context import building, draft_configs, engine_version, on_device
+from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
+from contracts.renames import candidate_names, config_switches
+
+EMBED_PARAM = "model.embed_tokens.weight"
+HEAD_PARAM = "lm_head.weight"
+MAP_PARAM = "draft_id_to_target_id"
+
+CONFIG_SUMMARY_KEYS = (
+    "architectures", "model_type", "hidden_size", "target_hidden_size", "num_hidden_layers", "vocab_size",
+    "draft_vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+    "tie_word_embeddings", "eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states",
+    "norm_before_fc", "fc_norm", "norm_output", "norm_before_residual", "attention_bias", "rope_theta",
+    "rope_scaling", "rope_parameters", "max_position_embeddings",
+)
+
+
+def is_eagle3_draft_class(cls) -> bool:
+    """An EAGLE-3 draft class of vLLM (it combines the target's aux hidden states through ``fc``), not a target
+    class such as ``LlamaForCausalLM``, which a draft published under the base architecture dispatches to."""
+    return hasattr(cls, "combine_hidden_states") and "Eagle3" in cls.__name__
+
+
+@contextlib.contextmanager
+def overridden(hf_config, overrides: dict | None):
+    """The draft's hf_config with ``overrides`` set where vLLM reads them (``eagle_config`` entries first),
+    restored afterwards: vLLM's draft classes read their config from the ``VllmConfig`` they are built under."""
+    if not overrides:
+        yield
+        return
+    eagle = getattr(hf_config, "eagle_config", None)
+    saved_eagle = dict(eagle) if isinstance(eagle, dict) else eagle
+    missing = object()
+    saved = {}
+    for key, value in overrides.items():
+        if isinstance(eagle, dict) and key in eagle:
+            hf_config.eagle_config = {**hf_config.eagle_config, key: value}
+        else:
+            saved[key] = getattr(hf_config, key, missing)
+            setattr(hf_config, key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is missing:
+                delattr(hf_config, key)
+            else:
+                setattr(hf_config, key, value)
+        if isinstance(eagle, dict):
+            hf_config.eagle_config = saved_eagle
+
+
+def build_draft(configs, device: str = "cpu", overrides: dict | None = None):
+    """Construct vLLM's draft class the way its model loader does (registry, default dtype, device)."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    mc = configs.draft
+    try:
+        with overridden(mc.hf_config, overrides), building(configs.vc), set_default_torch_dtype(mc.dtype), \
+                on_device(device):
+            model = initialize_model(vllm_config=configs.vc, model_config=mc)
+    except Exception as e:
+        raise EngineBuildError(f"vLLM could not build the model: {type(e).__name__}: {e}") from None
+    if device == "meta":
+        _materialise_small(model)
+    return model
+
+
+def _materialise_small(model) -> None:
+    """On ``meta``, give the small parameters (norms, the draft->target map) real storage: they are read whole, so
+    their values (and the NaN sentinel) are exact even for a real-size draft."""
+    import torch
+
+    for module in model.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            if p.is_meta and p.numel() <= READ_WHOLE_ELEMENTS:
+                real = torch.nn.Parameter(torch.zeros(p.shape, dtype=p.dtype), requires_grad=p.requires_grad)
+                real.__dict__.update(p.__dict__)  # weight_loader and vLLM's parameter attributes
+                setattr(module, name, real)
+
+
+class LoadTracer:
+    """Wraps every parameter's weight loader of one vLLM model; tensors are known by their object."""
+
+    def __init__(self, model):
+        from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+
+        self.model = model
+        self.by_id: dict[int, TensorFate] = {}
+        self.meta_written: dict[str, int] = {}
+        self.params = dict(model.named_parameters())
+        for name, param in self.params.items():
+            param.weight_loader = self._wrap(name, getattr(param, "weight_loader", default_weight_loader))
+
+    def _fate_of(self, tensor) -> TensorFate | None:
+        fate = self.by_id.get(id(tensor))
+        base = getattr(tensor, "_base", None)
+        if fate is None and base is not None:  # a view the engine took of a tensor it was given
+            fate = self.by_id.get(id(base))
+        return fate
+
+    def _wrap(self, name, original):
+        def traced(param, loaded_weight, *args, **kwargs):
+            import torch
+
+            shard = args[0] if args else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
+            if shard is None:
+                shard = getattr(loaded_weight, "shard_id", None)
+            call = LoadCall(param=name, shard=None if shard is None else str(shard))
+            # the region this one call writes (see contracts.engines.sglang.loader: same measurement)
+            tracked = param.is_floating_point() and not param.is_meta
+            if tracked:
+                with torch.no_grad():
+                    before = param.data.clone()
+                    param.data.fill_(float("nan"))
+            copied = CopyCounter() if param.is_meta else None
+            try:
+                with copied if copied is not None else contextlib.nullcontext():
+                    original(param, loaded_weight, *args, **kwargs)
+            except Exception as e:  # the engine's own shape/dtype assertion: record it, keep loading
+                call.error = f"{type(e).__name__}: {e}".strip() or type(e).__name__
+            if tracked:
+                with torch.no_grad():
+                    untouched = torch.isnan(param.data)
+                    call.written = int((~untouched).sum())
+                    param.data[untouched] = before[untouched]
+            elif copied is not None:
+                call.written = copied.elements
+                if call.error is None:
+                    self.meta_written[name] = self.meta_written.get(name, 0) + copied.elements
+            else:
+                call.written = int(param.numel()) if call.error is None else 0
+            fate = self._fate_of(loaded_weight)
+            if fate is not None:
+                fate.calls.append(call)
+
+        return traced
+
+    def load(self, items, fates: dict[str, TensorFate]) -> str | None:
+        """Feed the tensors to the engine's ``load_weights``; what escaped it (with the keys it names), if anything."""
+        held = []  # the tensors stay alive for the whole load: their ids identify them
+
+        def feed():
+            for key, tensor in items:
+                held.append(tensor)
+                self.by_id[id(tensor)] = fates[key]
+                yield key, tensor
+
+        try:
+            self.model.load_weights(feed())
+        except InputError:  # the checkpoint itself is unreadable: not an engine observation
+            raise
+        except Exception as e:
+            message = f"{type(e).__name__}: {e}"
+            named = _keys_named_in(message, fates)
+            return message[:600] + (f" (raised on {', '.join(named)})" if named else "")
+        finally:
+            self.by_id.clear()
+        return None
+
+
+def _keys_named_in(message: str, fates: dict[str, TensorFate]) -> list[str]:
+    """The checkpoint keys an engine error names (vLLM: "There is no module or parameter named 'model.layers.1'")."""
+    quoted = re.findall(r"named '([^']+)'", message) or re.findall(r"'([\w.]+)'", message)[:1]
+    out = []
+    for q in quoted:
+        stem = q.removeprefix("model.")
+        out += [k for k, f in fates.items() if not f.calls and (k.startswith(stem) or k.startswith(q))]
+    return sorted(dict.fromkeys(out))[:8]
+
+
+def engine_map(model) -> list[int] | None:
+    """The draft id -> target id map as vLLM's own ``compute_logits`` applies it: the draft head's logits are
+    replaced by the identity for one call, so row i of the engine's scattered output peaks at draft id i's
+    target id (None: the draft keeps the full vocabulary and maps nothing)."""
+    import torch
+
+    if getattr(model, MAP_PARAM, None) is None:
+        return None
+    n = int(model.config.draft_vocab_size)
+
+    class Identity(torch.nn.Module):  # stands for the head's logits for this one call only
+        def forward(self, head, hidden):
+            return torch.eye(n, dtype=torch.float32)
+
+    saved = model.logits_processor
+    model.logits_processor = Identity()
+    try:
+        with torch.no_grad():
+            scattered = model.compute_logits(torch.zeros(n, 1))
+        return scattered.argmax(dim=-1).tolist()
+    finally:
+        model.logits_processor = saved
+
+
+def _config_summary(hf_config) -> dict:
+    out = {}
+    for key in CONFIG_SUMMARY_KEYS:
+        if hasattr(hf_config, key):
+            value = getattr(hf_config, key)
+            out[key] = value if isinstance(value, (int, float, str, bool, list, dict, type(None))) else str(value)
+    return out
+
+
+def load_traced(engine_dir, target_dir=None, dtype: str = "auto", device: str | None = None):
+    """Build vLLM's draft for ENGINE_DIR (served with TARGET_DIR), fill the NaN sentinel and run its own
+    ``load_weights`` traced. Returns ``(checkpoint, configs, model, tracer, fates, load_error)``."""
+    engine_dir = Path(engine_dir)
+    ckpt = Checkpoint.open(engine_dir)
+    device = device or choose_device(ckpt)
+    configs = draft_configs(engine_dir, None if target_dir is None else Path(target_dir), dtype)
+    model = build_draft(configs, device=device)
+    fill_sentinel(model)
+    tracer = LoadTracer(model)
+    fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
+    with building(configs.vc):
+        load_error = tracer.load(iter_for_device(ckpt, device), fates)
+    return ckpt, configs, model, tracer, fates, load_error
+
+
+def _param_states(model, tracer) -> list[ParamState]:
+    own_embed = bool(getattr(model, "has_own_embed_tokens", False))
+    own_head = bool(getattr(model, "has_own_lm_head", False))
+    params = []
+    for name, p in tracer.params.items():
+        shared = None
+        if name == EMBED_PARAM and not own_embed:
+            shared = "_maybe_share_embeddings"  # the proposer shares the target's (judged by embed-head)
+        elif name == HEAD_PARAM and not own_head:
+            shared = "_maybe_share_lm_head"
+        if p.is_floating_point():
+            fraction = unwritten_fraction(p, tracer.meta_written, name)
+        else:  # an integer parameter (the draft->target map) has no NaN: written if a loader call reached it
+            fraction = 0.0 if getattr(p, "_eagle3_contracts_written", False) else 1.0
+        params.append(ParamState(name=name, shape=list(p.shape), dtype=str(p.dtype).removeprefix("torch."),
+                                 unwritten_fraction=fraction, shared_from_target=shared))
+    return params
+
+
+def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, device: str | None = None) -> LoadObservation:
+    """Everything vLLM's own construction and ``load_weights`` did with the checkpoint in ENGINE_DIR.
+
+    Raises ``EngineBuildError`` when vLLM refuses the config or cannot build the draft class."""
+    ckpt, configs, model, tracer, fates, load_error = load_traced(engine_dir, target_dir, device=device)
+    for fate in fates.values():  # mark integer parameters a call reached (no sentinel for them)
+        for call in fate.calls:
+            p = tracer.params.get(call.param)
+            if p is not None and not p.is_floating_point() and call.error is None:
+                p._eagle3_contracts_written = True
+    hf = configs.draft.hf_config
+    hot = engine_map(model) if is_eagle3_draft_class(type(model)) else None
+    observation = LoadObservation(
+        engine={"name": "vllm", "version": engine_version()},
+        draft_class=type(model).__name__,
+        config=_config_summary(hf),
+        model_dtype=str(configs.draft.dtype).removeprefix("torch."),
+        tensors=list(fates.values()),
+        params=_param_states(model, tracer),
+        load_error=load_error,
+        hot_token_id=hot,
+        hot_token_id_dtype=None if hot is None else str(getattr(model, MAP_PARAM).dtype).removeprefix("torch."),
+        is_eagle3_draft=is_eagle3_draft_class(type(model)),
+    )
+    observation.device = next(p.device.type for n, p in model.named_parameters() if p.numel() > READ_WHOLE_ELEMENTS) \
+        if any(p.numel() > READ_WHOLE_ELEMENTS for p in model.parameters()) else "cpu"
+    for fate in observation.tensors:
+        if fate.key.split(".")[-1] == "d2t" and any(c.param == MAP_PARAM for c in fate.calls):
+            fate.side_channel = MAP_PARAM  # vLLM's d2t: draft_id_to_target_id, applied as arange + d2t
+    dropped = [f.key for f in fates.values() if f.dropped]
+    if probe_fixes and dropped and load_error is None:
+        observation.probes = _probe_fixes(configs, ckpt, dropped, observation.device)
+    return observation
+
+
+def _probe(model, key: str, candidate: str, tensor) -> list[str]:
+    """Feed one tensor under ``candidate`` into the engine's load_weights; the params it reached without error."""
+    fate = TensorFate(key=candidate, shape=list(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."))
+    error = LoadTracer(model).load([(candidate, tensor)], {candidate: fate})
+    return [] if error else fate.reached
+
+
+def _probe_fixes(configs, ckpt: Checkpoint, dropped: list[str], device: str = "cpu") -> list[RenameProbe]:
+    """Ask the engine which renames or config switches would make it load each dropped tensor."""
+    probes = []
+    present = set(ckpt.tensors)
+    wanted = set(dropped)
+    tensors = {key: t for key, t in iter_for_device(ckpt, device) if key in wanted}
+    model = build_draft(configs, device=device)
+    for key in dropped:
+        for candidate in candidate_names(key):
+            reached = _probe(model, key, candidate, tensors[key])
+            if reached:
+                probes.append(RenameProbe(key=key, candidate=candidate, config_change=None, reached=reached))
+                if candidate not in present:
+                    break
+    for switch in config_switches(dropped, int(getattr(configs.draft.hf_config, "num_hidden_layers", 1))):
+        try:
+            switched = build_draft(configs, device=device, overrides=switch)
+        except Exception:  # noqa: BLE001  (a switch the engine cannot build with is no fix)
+            continue
+        for key in dropped:
+            reached = _probe(switched, key, key, tensors[key])
+            if reached:
+                probes.append(RenameProbe(key=key, candidate="", config_change=switch, reached=reached))
+    return probes

@@ -1,0 +1,162 @@
+"""Run vLLM's own EAGLE proposer wiring of a draft to its target on a CPU and report which embedding and which
+head the draft holds afterwards.
+
+Contract served: ``embed-head``. vLLM's ``EagleProposer.load_model`` shares the target's ``embed_tokens`` into a
+draft whose checkpoint has none (or an identical one), unless the widths differ, and the target's ``lm_head``
+into a draft whose checkpoint has no ``lm_head`` (or an identical one) — a full-vocabulary head under a draft
+that declares a reduced ``draft_vocab_size``. Before vllm#28549 it replaced trained heads too (accept length
+1.32, 2.49 once fixed). Nothing is re-implemented: a real ``EagleProposer`` is constructed from the server's
+``VllmConfig``, its ``_get_model`` hands it the draft that ``loader.load_traced`` built and loaded (NaN
+sentinel), and its own ``load_model(target)`` runs. The target is vLLM's own class for the target config, built
+on ``meta`` with only its embedding and head given storage and loaded by its own ``load_weights``.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint
+from contracts.engines.errors import EngineBuildError, TargetBuildError
+from contracts.engines.held_tensors import held, materialise
+from contracts.engines.scaling import estimated_elements
+from contracts.engines.vllm.context import engine_version, on_device
+from contracts.engines.vllm.loader import EMBED_PARAM, HEAD_PARAM, LoadTracer, engine_map, load_traced
+from contracts.observations import TensorFate
+from contracts.observations_wiring import WiringObservation
+
+TARGET_KEY_SUFFIXES = ("embed_tokens.weight", "lm_head.weight")
+SMALL_TARGET_ELEMENTS = 50_000_000  # a target that cannot be built on meta is built on CPU up to this size
+SHARING_STEPS = ("_maybe_share_embeddings", "_maybe_share_lm_head")
+
+
+def build_target(configs, device: str = "meta"):
+    """The target as vLLM builds it from the server's config (its language model's vocabulary tensors are what
+    the proposer shares)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    if configs.target_note is not None:
+        raise TargetBuildError(f"vLLM cannot build the target: {configs.target_note}")
+    mc = configs.target
+    try:
+        with set_current_vllm_config(configs.vc), set_default_torch_dtype(mc.dtype), on_device(device):
+            return initialize_model(vllm_config=configs.vc, model_config=mc)
+    except Exception as e:
+        # A class that moves a part to a device while it is built (vLLM's Kimi-K2.5 moves its vision tower) cannot
+        # be built on meta; on CPU only when that is bounded (a small target such as the bundled scaled-down one).
+        error = f"vLLM could not build the target model: {type(e).__name__}: {e}"
+        if device != "meta" or estimated_elements(json.loads(Path(mc.model, "config.json").read_text())) > \
+                SMALL_TARGET_ELEMENTS:
+            raise TargetBuildError(error) from None
+    try:
+        with set_current_vllm_config(configs.vc), set_default_torch_dtype(mc.dtype), on_device("cpu"):
+            return initialize_model(vllm_config=configs.vc, model_config=mc)
+    except Exception as e:
+        raise TargetBuildError(f"vLLM could not build the target model: {type(e).__name__}: {e}") from None
+
+
+def _vocab_params(target) -> list:
+    return [p for n, p in target.named_parameters() if n.endswith(TARGET_KEY_SUFFIXES)]
+
+
+def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None]:
+    """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``."""
+    import torch
+
+    for p in _vocab_params(target):
+        if p.is_meta:
+            materialise(target, p)
+        else:  # a target built on CPU: the same sentinel, so what the target's files never wrote shows
+            with torch.no_grad():
+                p.fill_(float("nan"))
+    ckpt = Checkpoint.open(target_dir, require_weights=False)
+    if not ckpt.has_weights:
+        return False, {}, None
+    keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
+    fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
+    error = LoadTracer(target).load(((k, ckpt.load_tensor(k)) for k in keys), fates)
+    return True, {k: f.reached for k, f in fates.items()}, error
+
+
+def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
+    """Load the draft in ENGINE_DIR and run vLLM's proposer wiring to the target in TARGET_DIR; the live objects
+    (``observe_embed_head`` reports on them; the forward-parity replay runs the wired draft)."""
+    import torch
+    from vllm.config import set_current_vllm_config
+
+    _, configs, draft, tracer, fates, _ = load_traced(engine_dir, target_dir, dtype)
+    target = build_target(configs)
+    has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
+    own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)
+    error, calls = None, []
+    with set_current_vllm_config(configs.vc), torch.no_grad():
+        try:
+            from vllm.v1.spec_decode.eagle import EagleProposer
+
+            proposer = EagleProposer(configs.vc, torch.device("cpu"), runner=None)
+            proposer._get_model = lambda: draft  # the draft loaded (and traced) above, instead of a second load
+            for step in SHARING_STEPS:  # which sharing steps replaced a draft tensor
+                original = getattr(proposer, step)
+
+                def traced(target_lm, _step=step, _f=original):
+                    before = (draft.model.embed_tokens, draft.lm_head)
+                    _f(target_lm)
+                    if (draft.model.embed_tokens, draft.lm_head) != before:
+                        calls.append(_step)
+                setattr(proposer, step, traced)
+            proposer.load_model(target)
+        except Exception as e:  # the engine's own refusal is the observation
+            error = f"{type(e).__name__}: {e}"
+    return types.SimpleNamespace(configs=configs, draft=draft, tracer=tracer, fates=fates, target=target,
+                                 has_weights=has_weights, target_loaded=target_loaded, target_error=target_error,
+                                 calls=calls, error=error, own_embed=own_embed, own_head=own_head)
+
+
+def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
+    """What the draft in ENGINE_DIR holds after vLLM's proposer wiring to the target in TARGET_DIR."""
+    w = wire(engine_dir, target_dir)
+    draft, target, tracer, fates = w.draft, w.target, w.tracer, w.fates
+    names = {id(p): f"target:{n}" for n, p in target.named_parameters(remove_duplicate=False)}
+    names.setdefault(id(w.own_embed), f"draft:{EMBED_PARAM}")
+    written = {}
+    for fate in fates.values():
+        for call in fate.calls:
+            if call.error is None:
+                written.setdefault(id(tracer.params[call.param]), []).append(fate.key)
+    target_params = dict(target.named_parameters())
+    for key, params in w.target_loaded.items():
+        for p in params:
+            written.setdefault(id(target_params[p]), []).append(key)
+    cfg, tcfg = w.configs.draft.hf_config, w.configs.target.hf_config.get_text_config()
+    embed, head = draft.model.embed_tokens.weight, draft.lm_head.weight
+    hot = None
+    try:
+        hot = engine_map(draft)
+    except Exception:  # noqa: BLE001  (a head shared from the target no longer fits the map: judged by embed-head)
+        pass
+    return WiringObservation(
+        engine={"name": "vllm", "version": engine_version()},
+        wiring="EagleProposer.load_model",
+        calls=w.calls,
+        load_lm_head_from_target=not bool(getattr(draft, "has_own_lm_head", False)),
+        tied=draft.lm_head is draft.model.embed_tokens,
+        draft={"hidden_size": cfg.hidden_size, "has_target_hidden_size": hasattr(cfg, "target_hidden_size"),
+               "target_hidden_size": getattr(cfg, "target_hidden_size", None), "vocab_size": cfg.vocab_size,
+               "draft_vocab_size": getattr(cfg, "draft_vocab_size", None),
+               "tie_word_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
+               "model_dtype": str(w.configs.draft.dtype).removeprefix("torch.")},
+        target={"class": type(target).__name__, "dtype": str(w.configs.target.dtype).removeprefix("torch."),
+                "hidden_size": getattr(tcfg, "hidden_size", None), "vocab_size": getattr(tcfg, "vocab_size", None),
+                "tie_word_embeddings": bool(getattr(tcfg, "tie_word_embeddings", False)),
+                "has_weights": w.has_weights, "loaded": w.target_loaded, "load_error": w.target_error},
+        embed=held(EMBED_PARAM, embed, w.own_embed, names, written, (target, draft)),
+        head=held(HEAD_PARAM, head, w.own_head, names, written, (target, draft)),
+        hot_token_id_len=None if hot is None else len(hot),
+        error=w.error,
+    )
+
+
+__all__ = ["EngineBuildError", "TargetBuildError", "build_target", "observe_embed_head", "wire"]
