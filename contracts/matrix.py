@@ -1,8 +1,9 @@
 """The can-i-deploy matrix: every contract on every subject under every engine release, as one table.
 
-``eagle3-contracts matrix CHECKPOINT --target DIR --engines sglang==A,sglang==B`` answers "which SGLang
-versions will serve my drafter correctly?"; ``tox -e nightly`` builds the same table over the bundled
-trainer fixtures. Each engine release runs in its own environment (one worker per release, reused for every
+``eagle3-contracts matrix CHECKPOINT --target DIR --engines sglang==A,vllm==B`` answers "which engine
+releases, of SGLang and of vLLM, will serve my drafter correctly?"; ``tox -e nightly`` builds the same table
+over the bundled trainer fixtures. A speculators checkpoint is judged as converted on SGLang and as saved on
+vLLM; the table says which form each row is about. Each engine release runs in its own environment (one worker per release, reused for every
 subject), so a row costs one engine start-up per release, not per checkpoint.
 """
 
@@ -33,7 +34,7 @@ def run(subjects_by_engine: dict[str, list], only: list[str] | None = None) -> d
 def document(reports: list[dict]) -> dict:
     """The matrix as JSON: engines, subjects, contracts and one cell per (subject, engine, contract)."""
     contracts = [c for c in all_contracts() if any(r["contract"] == c for rep in reports for r in rep["results"])]
-    engines, subjects, cells, deployable = [], [], [], {}
+    engines, subjects, cells, deployable, forms = [], [], [], {}, {}
     for rep in reports:
         engine = f"{rep['engine']['name']}=={rep['engine']['version']}"
         if engine not in engines:
@@ -41,6 +42,7 @@ def document(reports: list[dict]) -> dict:
         if rep["name"] not in subjects:
             subjects.append(rep["name"])
         deployable.setdefault(rep["name"], {})[engine] = all(r["status"] != FAIL for r in rep["results"])
+        forms.setdefault(rep["name"], {})[engine] = (rep.get("judged_as") or {}).get("form", "as saved")
         for r in rep["results"]:
             cell = {"subject": rep["name"], "trainer": rep.get("trainer"), "engine": engine,
                     "contract": r["contract"], "status": r["status"], "summary": r["summary"]}
@@ -49,7 +51,7 @@ def document(reports: list[dict]) -> dict:
                 cell["follows_from"] = r.get("follows_from", [])
             cells.append(cell)
     return {"engines": engines, "subjects": subjects, "contracts": contracts, "cells": cells,
-            "deployable": deployable, "reports": reports}
+            "deployable": deployable, "judged_as": forms, "reports": reports}
 
 
 def _cell(cell: dict | None) -> str:
@@ -64,13 +66,13 @@ def _cell(cell: dict | None) -> str:
 def markdown(doc: dict) -> str:
     """One row per (subject, engine), one column per contract, and whether the pair can be deployed."""
     index = {(c["subject"], c["engine"], c["contract"]): c for c in doc["cells"]}
-    head = ["subject", "engine", *doc["contracts"], "serves it as trained"]
+    head = ["subject", "engine", "judged", *doc["contracts"], "serves it as trained"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for subject in doc["subjects"]:
         for engine in doc["engines"]:
             if engine not in doc["deployable"].get(subject, {}):
                 continue
-            row = [subject, engine.replace("==", " "),
+            row = [subject, engine.replace("==", " "), doc.get("judged_as", {}).get(subject, {}).get(engine, "as saved"),
                    *(_cell(index.get((subject, engine, c))) for c in doc["contracts"]),
                    "yes" if doc["deployable"][subject][engine] else "**no**"]
             out.append("| " + " | ".join(row) + " |")

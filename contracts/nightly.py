@@ -2,9 +2,9 @@
 
 Writes, to ``--out``:
   matrix.md / matrix.json  every bundled trainer fixture × engine release × contract (pass / fail / warn /
-                           skip, failures marked root cause or consequence): the newest release (installed
-                           here), the pinned one and every other release with a recipe, each in its own
-                           environment;
+                           skip, failures marked root cause or consequence): the newest SGLang release
+                           (installed here), the pinned one, every other SGLang release with a recipe and every
+                           vLLM release with one, each in its own environment;
   drift.md / drift.json    the newest release's EAGLE-3 contract surface (draft parameters, renames, config
                            keys read, targets with aux capture) against the committed snapshot of the pinned
                            release, fixtures/surface/sglang-<pinned>.json.
@@ -37,17 +37,19 @@ def pinned_spec() -> str:
 
 
 def engine_specs(newest: str, extra: list[str] | None) -> list[str]:
-    """Newest first, then the pinned release, then every other release with a recipe (or ``extra``)."""
+    """Newest SGLang first, then the pinned release, then every other SGLang release with a recipe and every vLLM
+    release with one (or ``extra``: specs such as ``sglang==0.5.9`` or ``vllm==0.32.0``)."""
     from contracts.engines.environments import measured_releases, release_order
 
-    versions = [newest, pinned_spec().partition("==")[2],
-                *(extra if extra is not None else sorted(measured_releases(), key=release_order, reverse=True))]
+    if extra is None:
+        extra = [*(f"sglang=={v}" for v in sorted(measured_releases("sglang"), key=release_order, reverse=True)),
+                 *(f"vllm=={v}" for v in sorted(measured_releases("vllm"), key=release_order, reverse=True))]
     out = []
-    for v in versions:
-        v = v.partition("==")[2] if "==" in v else v
-        if v not in out:
-            out.append(v)
-    return [f"sglang=={v}" for v in out]
+    for spec in [f"sglang=={newest}", pinned_spec(), *extra]:
+        spec = spec if "==" in spec else f"sglang=={spec}"  # a bare version is an SGLang release
+        if spec not in out:
+            out.append(spec)
+    return out
 
 
 def newly_failing(doc: dict, newest: str) -> list[dict]:

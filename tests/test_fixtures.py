@@ -25,10 +25,15 @@ def test_every_trainer_is_represented():
     trainers = {(e["trainer"], e["trainer_version"]) for e in MANIFEST.values()}
     assert {("speculators", "0.9.0"), ("specforge", "0.2.0")} <= trainers
     assert [s.name for s in bundled_subjects()] == [
-        "specforge", "speculators-default", "speculators-kimi-k25", "speculators-train"]
+        "specforge", "specforge-hd32", "speculators-default", "speculators-default-hd32", "speculators-kimi-k25",
+        "speculators-train", "speculators-train-hd32"]
 
 
-@pytest.mark.parametrize("name", ["specforge", "speculators-default", "speculators-train", "speculators-kimi-k25"])
+WITH_REFERENCES = ["specforge", "speculators-default", "speculators-train",
+                   "specforge-hd32", "speculators-default-hd32", "speculators-train-hd32"]
+
+
+@pytest.mark.parametrize("name", [*WITH_REFERENCES, "speculators-kimi-k25"])
 def test_d2t_holds_the_selected_ids_as_offsets(name):
     """Each trainer's own mapping function built d2t from the one frequency table; d2t holds offsets."""
     entry = MANIFEST[name]
@@ -70,7 +75,7 @@ def _reference(name):
         return ref, {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 
 
-@pytest.mark.parametrize("name", ["specforge", "speculators-default", "speculators-train"])
+@pytest.mark.parametrize("name", WITH_REFERENCES)
 def test_reference_forward_is_committed_with_its_draft(name):
     import hashlib
 
@@ -108,8 +113,20 @@ def test_references_share_their_inputs():
     of the 8-layer target (speculators ids [2, 4, 5], specforge ids [1, 3, 4] + 1), so the inputs agree."""
     import torch
 
-    names = ["specforge", "speculators-default", "speculators-train"]
-    inputs = {n: _reference(n)[1] for n in names}
-    for n in names[1:]:
-        for k in ("input_ids", "positions", "hidden_states"):
-            assert torch.equal(inputs[n][k], inputs[names[0]][k]), (n, k)
+    for names in (WITH_REFERENCES[:3], WITH_REFERENCES[3:]):  # per target (llama-tiny, llama-tiny-hd32)
+        inputs = {n: _reference(n)[1] for n in names}
+        for n in names[1:]:
+            for k in ("input_ids", "positions", "hidden_states"):
+                assert torch.equal(inputs[n][k], inputs[names[0]][k]), (n, k)
+
+
+def test_the_head_size_32_twins_differ_from_their_originals_only_in_the_attention_geometry():
+    """The -hd32 drafts are the same builds for fixtures/targets/llama-tiny-hd32 (2 heads of 32, 1 KV head): a
+    head size vLLM's CPU attention kernel takes, so forward-parity is judged on both engines."""
+    for name in ("specforge", "speculators-default", "speculators-train"):
+        a, b = MANIFEST[name], MANIFEST[f"{name}-hd32"]
+        assert b["target"] == "target-llama-tiny-hd32" and a["target"] == "target-llama-tiny"
+        assert a["selected_target_ids"] == b["selected_target_ids"] and a["aux_layer_ids"] == b["aux_layer_ids"]
+        cfg = json.loads((REPO / b["path"] / "config.json").read_text())
+        layer = cfg.get("transformer_layer_config", cfg)
+        assert (layer["num_attention_heads"], layer["num_key_value_heads"], layer["head_dim"]) == (2, 1, 32)

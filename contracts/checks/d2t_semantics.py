@@ -96,7 +96,10 @@ def check_d2t_semantics(subject) -> Result:
         problems.append(f"d2t is {d2t_info.dtype}, not an integer tensor: the engine's hot_token_id becomes "
                         f"{d2t_info.dtype} and its token ids are not ids")
         fixes.append("save d2t as int64 offsets (target_id - draft_id)")
-    if hot is None and reduced:
+    # no d2t: SGLang then has no hot_token_id, vLLM keeps draft_id_to_target_id at zeros; either way the engine
+    # maps draft id i to target id i
+    identity = hot is None or hot == list(range(len(hot)))
+    if d2t_info is None and reduced and identity:
         problems.append(f"no d2t although the draft vocab ({draft_vocab}) is smaller than the target's ({vocab}): "
                         f"the engine maps draft id i to target id i")
         fixes.append("save d2t (int64 offsets target_id - draft_id for each draft id) with the checkpoint")
@@ -146,7 +149,7 @@ def check_d2t_semantics(subject) -> Result:
         elif len(mapped) != len(intended):
             problems.append(f"the engine maps {len(mapped)} draft ids, the trainer selected {len(intended)}")
 
-    hypotheses = diagnose(d2t, hot, intended, reduced)
+    hypotheses = diagnose(d2t, None if d2t_info is None and identity else hot, intended, reduced)
     evidence["diagnosis"] = hypotheses
     if any(h.startswith("absolute ids") for h in hypotheses):
         fixes.insert(0, "save d2t[i] = target_id[i] - i (offsets), not the target ids")

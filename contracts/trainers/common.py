@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,30 @@ TARGET_GEOMETRY = dict(
     rms_norm_eps=1e-6,
     tie_word_embeddings=False,
 )
+
+
+# The same tiny Llama at a head size vLLM's CPU attention kernel takes (32; it has no kernel for 16): two heads of
+# 32 instead of four of 16, one KV head instead of two. Its drafts are what forward-parity replays on vLLM.
+TARGET_HD32_DIR = FIXTURES / "targets" / "llama-tiny-hd32"
+TARGET_HD32_GEOMETRY = {**TARGET_GEOMETRY, "num_attention_heads": 2, "num_key_value_heads": 1}
+
+
+@dataclass(frozen=True)
+class TinyTarget:
+    """A tiny target fixture: its manifest name, directory and the geometry its drafts copy."""
+
+    name: str
+    directory: Path
+    geometry: dict
+
+    @property
+    def path(self) -> str:
+        """Repo-relative, as it is written into draft configs (no path of the building machine is stored)."""
+        return os.path.relpath(self.directory, REPO_ROOT)
+
+
+LLAMA_TINY = TinyTarget("target-llama-tiny", TARGET_DIR, TARGET_GEOMETRY)
+LLAMA_TINY_HD32 = TinyTarget("target-llama-tiny-hd32", TARGET_HD32_DIR, TARGET_HD32_GEOMETRY)
 
 
 def token_frequencies() -> dict[int, int]:
@@ -109,7 +134,7 @@ def reference_prompt() -> list[int]:
     return [rng.randrange(TARGET_VOCAB) for _ in range(REFERENCE_TOKENS + 1)]
 
 
-def target_reference_inputs(hf_hidden_state_indices: list[int]) -> tuple[dict, dict]:
+def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarget = LLAMA_TINY) -> tuple[dict, dict]:
     """The tiny target's real aux hidden states for reference_prompt() at the given HF
     `output_hidden_states` indices (each trainer converts its own aux-id convention to these).
 
@@ -121,8 +146,8 @@ def target_reference_inputs(hf_hidden_state_indices: list[int]) -> tuple[dict, d
     from transformers import AutoModelForCausalLM
 
     prompt = torch.tensor(reference_prompt(), dtype=torch.long)
-    path = os.path.relpath(TARGET_DIR, REPO_ROOT)
-    target = AutoModelForCausalLM.from_pretrained(str(TARGET_DIR), dtype=torch.float32,
+    path = target.path
+    target = AutoModelForCausalLM.from_pretrained(str(target.directory), dtype=torch.float32,
                                                   attn_implementation="sdpa").eval()
     with torch.no_grad():
         out = target(prompt[None], output_hidden_states=True)

@@ -1,5 +1,6 @@
 """Build fixtures/drafts/specforge: an untrained EAGLE-3 draft for the tiny Llama target, written by
-the real specforge 0.2.0 SGLang exporter (`specforge export --to sglang`).
+the real specforge 0.2.0 SGLang exporter (`specforge export --to sglang`); and fixtures/drafts/specforge-hd32,
+the same run for fixtures/targets/llama-tiny-hd32 (head size 32, which vLLM's CPU attention kernel takes).
 
 Why: it is the one committed example of what specforge hands SGLang (flat Llama config, `midlayer.*`,
 bf16, `d2t`/`t2d`, no `embed_tokens`, no aux-layer ids), so the contract checks run against bytes the
@@ -45,19 +46,21 @@ from pathlib import Path
 from contracts.trainers.common import (
     DRAFT_VOCAB,
     FIXTURES,
+    LLAMA_TINY,
+    LLAMA_TINY_HD32,
     REPO_ROOT,
     SEED,
-    TARGET_DIR,
-    TARGET_GEOMETRY,
+    TinyTarget,
     record_fixture,
     target_reference_inputs,
     token_frequencies,
     write_reference,
 )
 
-OUT_DIR = FIXTURES / "drafts" / "specforge"
+DRAFTS = FIXTURES / "drafts"
 RUN_ID = "fixture"
-TARGET_PATH = os.path.relpath(TARGET_DIR, REPO_ROOT)  # "fixtures/targets/llama-tiny"; main() runs from the repo root
+# (fixture name, target): the draft for the tiny Llama, and for its head-size-32 twin (vLLM's CPU kernel)
+BUILDS = (("specforge", LLAMA_TINY), ("specforge-hd32", LLAMA_TINY_HD32))
 
 FUNCTIONS_CALLED = [
     "accelerate.utils.set_seed",
@@ -91,12 +94,12 @@ def online_model(cfg, draft_model):
     ).to(dtype=getattr(torch, cfg.model.torch_dtype))
 
 
-def run_config(work: Path) -> dict:
+def run_config(work: Path, target: TinyTarget = LLAMA_TINY) -> dict:
     """The run as `specforge train` would be configured (offline data source, eagle3 strategy)."""
     features_dir = work / "features"  # offline data source of the run; never read (no training step)
     features_dir.mkdir(parents=True, exist_ok=True)
     return {
-        "model": {"target_model_path": TARGET_PATH, "load_target_embedding": True},
+        "model": {"target_model_path": target.path, "load_target_embedding": True},
         "data": {"hidden_states_path": str(features_dir), "cache_dir": str(work / "cache")},
         "training": {"strategy": "eagle3", "seed": SEED},
         "run_id": RUN_ID,
@@ -104,7 +107,7 @@ def run_config(work: Path) -> dict:
     }
 
 
-def build(work: Path) -> dict:
+def build(work: Path, target: TinyTarget = LLAMA_TINY) -> dict:
     from accelerate.utils import set_seed
     from transformers import AutoConfig
 
@@ -119,8 +122,8 @@ def build(work: Path) -> dict:
     from specforge.training.checkpoint import CheckpointManager
     from specforge.training.model_loading import resolve_draft_config
 
-    target_config = AutoConfig.from_pretrained(TARGET_PATH)
-    run = run_config(work)
+    target_config = AutoConfig.from_pretrained(target.path)
+    run = run_config(work, target)
     cfg = Config.model_validate(run)
 
     # cli._train: seed first (random, numpy, torch).
@@ -147,8 +150,8 @@ def build(work: Path) -> dict:
         model=model,
         draft_model=draft_model,
         draft_config=draft_config,
-        target_hidden_size=TARGET_GEOMETRY["hidden_size"],
-        target_vocab_size=TARGET_GEOMETRY["vocab_size"],
+        target_hidden_size=target.geometry["hidden_size"],
+        target_vocab_size=target.geometry["vocab_size"],
         draft_vocab_size=int(draft_config.draft_vocab_size),
         capture_layers=aux_layer_ids,
     )
@@ -210,8 +213,10 @@ class _Step0Done(Exception):
     """Raised by the lm_head hook once step 0's logits are recorded (stops before the GPU-only loss)."""
 
 
-def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> dict:
-    """Step-0 logits of specforge's own training step on the committed export OUT_DIR."""
+def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], name: str = "specforge",
+              target: TinyTarget = LLAMA_TINY) -> dict:
+    """Step-0 logits of specforge's own training step on the committed export fixtures/drafts/<name>."""
+    out_dir = DRAFTS / name
     import torch
     import transformers
     from accelerate.utils import set_seed
@@ -222,8 +227,8 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> 
     from specforge.runtime.contracts import TrainBatch
     from specforge.training.model_loading import resolve_draft_config
 
-    run = run_config(work / "reference")
-    run["model"].update(draft_model_config=str(draft_config_path), draft_checkpoint_path=str(OUT_DIR),
+    run = run_config(work / "reference", target)
+    run["model"].update(draft_model_config=str(draft_config_path), draft_checkpoint_path=str(out_dir),
                         torch_dtype="float32")
     run["training"]["attention_backend"] = REFERENCE_ATTN
     run["output_dir"] = str(work / "reference" / "output")
@@ -232,26 +237,26 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> 
     algorithm = resolve_run(cfg).algorithm
     provider = algorithm.providers.model
     draft_config = resolve_draft_config(cfg, provider=provider.draft_config)
-    # build_eagle3_draft: from_config(sdpa, fp32) -> warm_start_draft_model(OUT_DIR) -> load_embedding(target)
+    # build_eagle3_draft: from_config(sdpa, fp32) -> warm_start_draft_model(out_dir) -> load_embedding(target)
     draft_model = provider.build_draft(cfg, draft_config)
     model = online_model(cfg, draft_model).eval()
     strategy = algorithm.providers.step.build(model, target_head=None, **algorithm.providers.step.options(cfg))
 
     # Same weights as the export (bf16 -> fp32 exact); the embedding is the target's, bit for bit.
     state = draft_model.state_dict()
-    with safe_open(str(OUT_DIR / "model.safetensors"), framework="pt") as f:
+    with safe_open(str(out_dir / "model.safetensors"), framework="pt") as f:
         for key in f.keys():
             if not torch.equal(f.get_tensor(key).to(state[key].dtype), state[key]):
                 raise RuntimeError(f"specforge: rebuilt {key} differs from the export")
         exported = set(f.keys())
-    with safe_open(str(TARGET_DIR / "model.safetensors"), framework="pt") as f:
+    with safe_open(str(target.directory / "model.safetensors"), framework="pt") as f:
         if not torch.equal(f.get_tensor(cfg.model.embedding_key), state["embed_tokens.weight"]):
             raise RuntimeError("specforge: the draft's embedding is not the target's")
     if set(state) - exported != {"embed_tokens.weight"}:
         raise RuntimeError(f"specforge: unexpected tensors outside the export: {set(state) - exported}")
 
     # specforge's capture id k is HF output_hidden_states[k + 1] (see the manifest's aux_layer_convention)
-    inputs, meta = target_reference_inputs([k + 1 for k in aux_layer_ids])
+    inputs, meta = target_reference_inputs([k + 1 for k in aux_layer_ids], target)
     t = inputs["input_ids"].shape[0]
     # An online-capture batch (inputs already shifted; `target` = the target's logits, the teacher).
     batch = TrainBatch(
@@ -283,7 +288,7 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> 
         hook.remove()
     metadata = {
         **meta,
-        "fixture": "specforge",
+        "fixture": name,
         "trainer": "specforge",
         "version": version("specforge"),
         "torch": torch.__version__,
@@ -299,14 +304,14 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int]) -> 
             f"{REFERENCE_ATTN} (training.attention_backend; specforge's LlamaAttention with cache_hidden: "
             "explicit matmul + additive causal mask + fp32 softmax); LlamaRMSNorm under torch.compile (inductor, CPU)"),
         "dtype": "float32",
-        "weights": (f"{os.path.relpath(OUT_DIR, REPO_ROOT)}/model.safetensors (bfloat16 on disk) warm-started by "
+        "weights": (f"{os.path.relpath(out_dir, REPO_ROOT)}/model.safetensors (bfloat16 on disk) warm-started by "
                     "warm_start_draft_model into a float32 draft; every exported tensor equal to the file's"),
-        "embed_tokens": (f"the target's {cfg.model.embedding_key} from {TARGET_PATH} (float32, load_embedding, "
+        "embed_tokens": (f"the target's {cfg.model.embedding_key} from {target.path} (float32, load_embedding, "
                          "load_target_embedding=true); not in the export, SGLang shares it from the target"),
         "aux_layer_ids": json.dumps(list(aux_layer_ids)),
         "ttt_length": str(cfg.training.ttt_length),
     }
-    return write_reference("specforge", inputs, captured[0][0], metadata)
+    return write_reference(name, inputs, captured[0][0], metadata)
 
 
 def float_dtype(safetensors_file: Path) -> str:
@@ -322,25 +327,31 @@ def float_dtype(safetensors_file: Path) -> str:
 
 
 def main() -> None:
-    os.chdir(REPO_ROOT)  # TARGET_PATH is relative to the repo root
+    os.chdir(REPO_ROOT)  # the targets' paths are relative to the repo root
+    for name, target in BUILDS:
+        build_one(name, target)
+
+
+def build_one(name: str, target: TinyTarget) -> dict:
+    out_dir = DRAFTS / name
     with tempfile.TemporaryDirectory(prefix="specforge-fixture-") as tmp:
-        result = build(Path(tmp))
+        result = build(Path(tmp), target)
         written = sorted(p.name for p in result["export_dir"].iterdir())
         if written != ["config.json", "model.safetensors"]:
             raise SystemExit(f"export_to_sglang wrote {written}, expected config.json + model.safetensors")
-        if OUT_DIR.exists():
-            shutil.rmtree(OUT_DIR)
-        OUT_DIR.mkdir(parents=True)
-        for name in written:
-            shutil.copyfile(result["export_dir"] / name, OUT_DIR / name)
-        text = (OUT_DIR / "config.json").read_text()
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.mkdir(parents=True)
+        for file in written:
+            shutil.copyfile(result["export_dir"] / file, out_dir / file)
+        text = (out_dir / "config.json").read_text()
         if str(REPO_ROOT) in text or tmp in text:
-            raise SystemExit(f"{OUT_DIR}/config.json contains a local path")
-        ref = reference(Path(tmp), result["draft_config_path"], result["aux_layer_ids"])
+            raise SystemExit(f"{out_dir}/config.json contains a local path")
+        ref = reference(Path(tmp), result["draft_config_path"], result["aux_layer_ids"], name, target)
 
     entry = record_fixture(
-        "specforge",
-        OUT_DIR,
+        name,
+        out_dir,
         trainer="specforge",
         trainer_version=version("specforge"),
         command="tox -e fixtures-specforge",
@@ -352,12 +363,14 @@ def main() -> None:
             "SGLang's set_eagle3_layers_to_capture, which captures the input of layer id+1, "
             "i.e. HF hidden_states[id+1]"
         ),
-        dtype=float_dtype(OUT_DIR / "model.safetensors"),
+        dtype=float_dtype(out_dir / "model.safetensors"),
         functions_called=FUNCTIONS_CALLED,
         load_target_embedding=True,
         reference=ref,
+        **({} if target is LLAMA_TINY else {"target": target.name}),
     )
     print(json.dumps(entry, indent=2))
+    return entry
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ fixtures/vocab/token_freq.json):
       `SingleGPUCheckpointer.save_checkpoint` (bf16). The training loop is not run: the weights are
       the initial ones.
 
+  fixtures/drafts/speculators-default-hd32, speculators-train-hd32  the same two builds for
+      fixtures/targets/llama-tiny-hd32 (head size 32, which vLLM's CPU attention kernel takes), so both engines
+      replay their forwards.
+
   fixtures/drafts/speculators-kimi-k25  the failure this project was born from, replayed at tiny scale: the
       same library build path as speculators-default (layers.0.*, offset d2t, trained head, verifier
       embedding) with the scaled-down Kimi-K2.5 target fixtures/targets/kimi-k25-tiny as its verifier, saved
@@ -46,18 +50,19 @@ from pathlib import Path
 from contracts.trainers.common import (
     DRAFT_VOCAB,
     FIXTURES,
+    LLAMA_TINY,
+    LLAMA_TINY_HD32,
     REPO_ROOT,
     SEED,
-    TARGET_DIR,
-    TARGET_GEOMETRY,
     TARGET_VOCAB,
+    TinyTarget,
     record_fixture,
     target_reference_inputs,
     token_frequencies,
     write_reference,
 )
 
-VERIFIER = os.path.relpath(TARGET_DIR, REPO_ROOT)  # "fixtures/targets/llama-tiny", stored in config.json
+VERIFIER = LLAMA_TINY.path  # "fixtures/targets/llama-tiny", stored in config.json
 DRAFTS = FIXTURES / "drafts"
 COMMAND = "tox -e fixtures-speculators"
 KEEP = ("config.json", "model.safetensors")  # everything else a writer leaves behind is dropped
@@ -124,7 +129,7 @@ def _details(model, functions: list[str], dropped: list[str], **extra) -> dict:
     )
 
 
-def _library_build(scratch: Path, verifier: str, name: str):
+def _library_build(scratch: Path, verifier: str, name: str, geometry: dict = LLAMA_TINY.geometry):
     """The library's build path with the config class's defaults against ``verifier``, saved by save_pretrained
     (fp32) to fixtures/drafts/<name>; returns the model and the files the writer left that are not kept."""
     import torch
@@ -138,7 +143,7 @@ def _library_build(scratch: Path, verifier: str, name: str):
         token_freq_dict=token_frequencies(), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB,
     )
     # One decoder layer of the target's geometry (LlamaConfig defaults otherwise).
-    layer_config = transformers.LlamaConfig(**{**TARGET_GEOMETRY, "num_hidden_layers": 1})
+    layer_config = transformers.LlamaConfig(**{**geometry, "num_hidden_layers": 1})
     defaults = Eagle3SpeculatorConfig.model_fields
     model = Eagle3DraftModel.from_training_args(
         verifier_config=layer_config,
@@ -174,17 +179,18 @@ LIBRARY_BUILD_FUNCTIONS = [
 ]
 
 
-def build_default(scratch: Path) -> dict:
+def build_default(scratch: Path, target: TinyTarget = LLAMA_TINY, name: str = "speculators-default") -> dict:
     """The library's build path with the config class's defaults, saved by save_pretrained (fp32)."""
     from speculators.proposals.greedy import GreedyTokenProposalConfig
 
-    model, dropped = _library_build(scratch, VERIFIER, "speculators-default")
+    model, dropped = _library_build(scratch, target.path, name, target.geometry)
     return _details(
         model, LIBRARY_BUILD_FUNCTIONS, dropped,
         dtype="float32",
         build="Eagle3SpeculatorConfig defaults; transformer_layer_config = "
               "transformers.LlamaConfig(target geometry, num_hidden_layers=1)",
         ttt_steps=GreedyTokenProposalConfig.model_fields["speculative_tokens"].default,
+        **({} if target is LLAMA_TINY else {"target": target.name}),
     )
 
 
@@ -202,7 +208,7 @@ def build_kimi(scratch: Path) -> dict:
     )
 
 
-def build_train(scratch: Path) -> dict:
+def build_train(scratch: Path, target: TinyTarget = LLAMA_TINY, name: str = "speculators-train") -> dict:
     """`speculators train`'s defaults and model build, written by its trainer's checkpoint writer."""
     import torch
     from speculators.model import SpeculatorModel
@@ -210,15 +216,15 @@ def build_train(scratch: Path) -> dict:
     from speculators.train.cli import build_draft_model, parse_vocab_mappings, set_seed
     from speculators.train.config import TrainConfig
 
-    data = scratch / "train-data"
+    data = scratch / f"{name}-data"
     data.mkdir()
     # The CLI reads token frequencies as a torch.save'd {token_id: count} dict (save_token_frequency_
     # distribution's format) and builds d2t/t2d from it with build_vocab_mappings_from_distribution.
     torch.save(dict(sorted(token_frequencies().items())), data / "token_freq.pt")
     argv = [
-        "--verifier-name-or-path", VERIFIER,
+        "--verifier-name-or-path", target.path,
         "--data-path", str(data),
-        "--save-path", str(scratch / "train-ckpt"),
+        "--save-path", str(scratch / f"{name}-ckpt"),
         "--draft-vocab-size", str(DRAFT_VOCAB),
         "--seed", str(SEED),
         # eagle3 never uses the mask token; without it build_draft_model asks the verifier's
@@ -232,10 +238,10 @@ def build_train(scratch: Path) -> dict:
     model_class = SpeculatorModel.registry[args.speculator_type]
     model = build_draft_model(args, model_class, t2d, d2t, draft_vocab_size)
     # The trainer saves through its checkpointer with the default float_dtype (bf16), no optimizer here.
-    checkpointer = SingleGPUCheckpointer(scratch / "train-ckpt")
+    checkpointer = SingleGPUCheckpointer(scratch / f"{name}-ckpt")
     checkpointer.save_checkpoint(model, [], 0)
-    directory = DRAFTS / "speculators-train"
-    dropped = _copy_kept(scratch / "train-ckpt" / "0", directory)
+    directory = DRAFTS / name
+    dropped = _copy_kept(scratch / f"{name}-ckpt" / "0", directory)
     _check_no_local_paths(directory, str(scratch))
     flags = {k: getattr(args, k) for k in (
         "speculator_type", "num_layers", "draft_arch", "draft_hidden_act", "sliding_window",
@@ -263,9 +269,10 @@ def build_train(scratch: Path) -> dict:
         ],
         dropped,
         dtype="bfloat16",
-        cli_argv=["speculators", "train", *[a if a not in (str(data), str(scratch / "train-ckpt"))
+        cli_argv=["speculators", "train", *[a if a not in (str(data), str(scratch / f"{name}-ckpt"))
                                              else "<scratch>" for a in argv]],
         cli_resolved=flags,
+        **({} if target is LLAMA_TINY else {"target": target.name}),
     )
 
 
@@ -281,7 +288,7 @@ REFERENCE_FUNCTIONS = [
 REFERENCE_ATTN = "sdpa"
 
 
-def reference(name: str, version: str) -> dict:
+def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY) -> dict:
     """Step-0 logits of speculators' own training forward on the committed checkpoint fixtures/drafts/<name>."""
     import torch
     import transformers
@@ -305,7 +312,7 @@ def reference(name: str, version: str) -> dict:
 
     # speculators' aux id k is HF output_hidden_states[k] (AUX_CONVENTION)
     aux_ids = list(model.config.eagle_aux_hidden_state_layer_ids)
-    inputs, meta = target_reference_inputs(aux_ids)
+    inputs, meta = target_reference_inputs(aux_ids, target)
     captured = []
     hook = model.lm_head.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone()))
     try:
@@ -338,7 +345,7 @@ def reference(name: str, version: str) -> dict:
         "weights": (f"fixtures/drafts/{name}/model.safetensors ({saved_dtype} on disk) reloaded by "
                     f"Eagle3DraftModel.from_pretrained(dtype=float32); every tensor equal to the file's"),
         "embed_tokens": (f"the checkpoint's embed_tokens ({saved_dtype}), which speculators copied from the "
-                         f"verifier {VERIFIER} (load_verifier_weights)"),
+                         f"verifier {target.path} (load_verifier_weights)"),
         "aux_layer_ids": json.dumps(aux_ids),
         "config_flags": json.dumps({k: getattr(model.config, k) for k in
                                     ("norm_before_residual", "norm_before_fc", "norm_output", "fc_norm")}),
@@ -356,11 +363,16 @@ def main() -> None:
     DRAFTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="speculators-fixtures-") as tmp:
         scratch = Path(tmp)
-        for name, build in (("speculators-default", build_default), ("speculators-train", build_train),
-                            ("speculators-kimi-k25", build_kimi)):
+        hd32 = LLAMA_TINY_HD32
+        builds = (("speculators-default", lambda s: build_default(s), LLAMA_TINY),
+                  ("speculators-train", lambda s: build_train(s), LLAMA_TINY),
+                  ("speculators-kimi-k25", build_kimi, None),
+                  ("speculators-default-hd32", lambda s: build_default(s, hd32, "speculators-default-hd32"), hd32),
+                  ("speculators-train-hd32", lambda s: build_train(s, hd32, "speculators-train-hd32"), hd32))
+        for name, build, target in builds:
             details = build(scratch)
-            if name != "speculators-kimi-k25":
-                details["reference"] = reference(name, speculators_version)
+            if target is not None:
+                details["reference"] = reference(name, speculators_version, target)
             entry = record_fixture(
                 name, DRAFTS / name, trainer="speculators", trainer_version=speculators_version,
                 command=COMMAND, **details,

@@ -2,6 +2,8 @@
 
   fixtures/targets/llama-tiny     a random Llama (8 layers, hidden 64, 4 heads / 2 KV heads, vocab 512) built
                                   and saved by transformers itself, seeded; every Llama draft's target.
+  fixtures/targets/llama-tiny-hd32  the same with 2 heads of 32 / 1 KV head: a head size vLLM's CPU attention
+                                  kernel takes, so its drafts' forwards can be replayed on vLLM too.
   fixtures/targets/kimi-k25-tiny  the scaled-down Kimi-K2.5 config (contracts.trainers.target_configs: a
                                   DeepSeek-V3 text model of the same width and vocab inside
                                   KimiK25ForConditionalGeneration) with its two vocabulary tensors only, under
@@ -16,23 +18,24 @@ from __future__ import annotations
 
 import sys
 
-from contracts.trainers.common import SEED, TARGET_DIR, TARGET_GEOMETRY, record_fixture
+from contracts.trainers.common import LLAMA_TINY, LLAMA_TINY_HD32, SEED, TARGET_DIR, TinyTarget, record_fixture
 
 
-def build_target(directory=TARGET_DIR):
+def build_target(target: TinyTarget = LLAMA_TINY):
     import torch
     import transformers
 
     torch.manual_seed(SEED)
-    config = transformers.LlamaConfig(**TARGET_GEOMETRY, dtype="float32")
+    config = transformers.LlamaConfig(**target.geometry, dtype="float32")
     config.architectures = ["LlamaForCausalLM"]
     model = transformers.LlamaForCausalLM(config).to(torch.float32)
+    directory = target.directory
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, safe_serialization=True)
     for extra in ("generation_config.json",):
         (directory / extra).unlink(missing_ok=True)
     return record_fixture(
-        "target-llama-tiny", directory, trainer="transformers", trainer_version=transformers.__version__,
+        target.name, directory, trainer="transformers", trainer_version=transformers.__version__,
         command="python -m contracts.trainers.target", architecture="LlamaForCausalLM",
     )
 
@@ -65,5 +68,5 @@ def build_kimi_target(directory=KIMI_DIR):
 
 
 if __name__ == "__main__":
-    for entry in (build_target(), build_kimi_target()):
+    for entry in (build_target(), build_target(LLAMA_TINY_HD32), build_kimi_target()):
         print(f"target written to {entry['path']}: {sorted(entry['files'])}", file=sys.stderr)

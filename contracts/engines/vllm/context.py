@@ -190,6 +190,15 @@ def draft_configs(draft_dir: Path, target_dir: Path | None, dtype: str = "auto")
 
 
 @contextlib.contextmanager
+def current(vc):
+    """Inside vLLM's current-config context (what its loaders and layers read), registries left as they are."""
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(vc):
+        yield
+
+
+@contextlib.contextmanager
 def building(vc):
     """Inside vLLM's current-config context, with a fresh per-config registry of attention layers (several
     models are built in one process; vLLM would otherwise refuse a second layer of the same name)."""

@@ -4,7 +4,8 @@ runner assembles for a batch of one request.
 
 Serves ``hidden-width`` (the target's aux capture, the draft's ``fc``), ``config`` (switches flipped on the
 same weights) and ``forward-parity``. Never ``attn_metadata=None``: vLLM's attention then returns uninitialised
-memory (measured). The CPU kernel takes head sizes 32, 64, 80, ... (``CPUAttentionBackend.
+memory (measured); and never without the per-layer ``slot_mapping``: the K/V are then never written to the
+cache and attention silently contributes zeros (measured: a replayed draft 0.53 off its trainer's logits). The CPU kernel takes head sizes 32, 64, 80, ... (``CPUAttentionBackend.
 get_supported_head_sizes``): a model of another head size is refused here with that reason.
 """
 
@@ -74,7 +75,10 @@ def one_request(vc, n: int):
             causal=True, positions=torch.arange(n), seq_lens_cpu_upper_bound=torch.tensor([n], dtype=torch.int32),
             is_prefilling=torch.tensor([True]))
         metadata[name] = builder.build(0, common)
-    with torch.no_grad(), set_forward_context(metadata, vc, num_tokens=n):
+    # the slots each layer writes its K/V into: without them the cache is never written and attention reads
+    # zeros (the output then silently lacks every attention contribution)
+    slots = {name: torch.arange(n) for name in metadata}
+    with torch.no_grad(), set_forward_context(metadata, vc, num_tokens=n, slot_mapping=slots):
         yield
 
 

@@ -23,7 +23,7 @@ from contracts.checkpoint import Checkpoint, InputError
 from contracts.engines.errors import EngineBuildError
 from contracts.engines.tracing import (READ_WHOLE_ELEMENTS, CopyCounter, choose_device, fill_sentinel,
                                        iter_for_device, unwritten_fraction)
-from contracts.engines.vllm.context import building, draft_configs, engine_version, on_device
+from contracts.engines.vllm.context import building, current, draft_configs, engine_version, on_device
 from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
 from contracts.renames import candidate_names, config_switches
 
@@ -209,14 +209,20 @@ def engine_map(model) -> list[int] | None:
         def forward(self, head, hidden):
             return torch.eye(n, dtype=torch.float32)
 
-    saved = model.logits_processor
+    saved, vocab = model.logits_processor, model.config.vocab_size
     model.logits_processor = Identity()
     try:
         with torch.no_grad():
-            scattered = model.compute_logits(torch.zeros(n, 1))
+            try:
+                scattered = model.compute_logits(torch.zeros(n, 1))
+            except IndexError:
+                # a target id past the vocabulary: the engine raises at its first draft step (d2t-semantics
+                # reports the ids out of range); its own scatter shows them over a vocabulary wide enough
+                model.config.vocab_size = vocab + n + int(getattr(model, MAP_PARAM).abs().max())
+                scattered = model.compute_logits(torch.zeros(n, 1))
         return scattered.argmax(dim=-1).tolist()
     finally:
-        model.logits_processor = saved
+        model.logits_processor, model.config.vocab_size = saved, vocab
 
 
 def _config_summary(hf_config) -> dict:
@@ -239,7 +245,7 @@ def load_traced(engine_dir, target_dir=None, dtype: str = "auto", device: str | 
     fill_sentinel(model)
     tracer = LoadTracer(model)
     fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
-    with building(configs.vc):
+    with current(configs.vc):
         load_error = tracer.load(iter_for_device(ckpt, device), fates)
     return ckpt, configs, model, tracer, fates, load_error
 

