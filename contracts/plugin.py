@@ -3,8 +3,8 @@ over every subject, one test item per (contract, subject), ids like ``key-naming
 
 Subjects: each ``--checkpoint`` (paired in order with ``--target``), else the bundled fixtures when the
 run asks for them (this repository's conftest does), once per ``--engine`` (default: the SGLang installed
-here; ``sglang==X`` runs the engine side in that release's cached environment and the ids gain
-``@sglang==X``). Engine observations are gathered once per subject per process and shared by its contracts,
+here; ``sglang==X``, ``vllm`` or ``vllm==X`` run the engine side in that release's cached environment and
+the ids gain ``@sglang==X`` / ``@vllm==X``). Engine observations are gathered once per subject per process and shared by its contracts,
 so the suite is safe and cheap under pytest-xdist.
 """
 
@@ -40,7 +40,9 @@ def engines(config) -> list[str]:
 
 
 def _named(name: str, engine: str) -> str:
-    return name if engine == "sglang" else f"{name}@{engine}"
+    from contracts.engines import canonical
+
+    return name if engine == "sglang" else f"{name}@{canonical(engine)}"
 
 
 def pytest_configure(config):

@@ -185,7 +185,7 @@ def test_matrix_exits_1_when_no_release_serves_the_draft(capsys, tmp_path):
          "follows_from": ["key-naming"]}]} for v in ("0.5.3", "0.5.9")])
     assert matrix.exit_code(doc) == 1
     table = matrix.markdown(doc)
-    assert "| d | sglang 0.5.3 | FAIL (root cause) | FAIL ← key-naming | **no** |" in table
+    assert "| d | sglang 0.5.3 | as saved | FAIL (root cause) | FAIL ← key-naming | **no** |" in table
     assert "serves as trained on none of sglang==0.5.3, sglang==0.5.9" in matrix.text(doc)
 
 

@@ -74,6 +74,14 @@ def test_nightly_writes_the_matrix_and_the_drift_report(tmp_path, capsys):
     assert doc["newly_failing"] == []
     assert doc["deployable"]["speculators-kimi-k25"] == {"sglang==0.5.23": True, "sglang==0.5.9": False}
     table = (tmp_path / "matrix.md").read_text()
-    assert "| speculators-kimi-k25 | sglang 0.5.9 | FAIL (root cause) |" in table
+    assert "| speculators-kimi-k25 | sglang 0.5.9 | converted | FAIL (root cause) |" in table
     assert json.loads((tmp_path / "drift.json").read_text())["drift"] == []
     assert "No drift" in (tmp_path / "drift.md").read_text()
+
+
+def test_the_nightly_matrix_covers_both_engines_by_default():
+    specs = nightly.engine_specs("0.5.24", None)
+    assert specs[:2] == ["sglang==0.5.24", "sglang==0.5.23"]
+    assert "sglang==0.5.3" in specs and "vllm==0.32.0" in specs
+    assert nightly.engine_specs("0.5.23", ["0.5.9", "vllm==0.32.0"]) == ["sglang==0.5.23", "sglang==0.5.9",
+                                                                       "vllm==0.32.0"]

@@ -250,7 +250,7 @@ def load_traced(engine_dir, target_dir=None, dtype: str = "auto", device: str | 
     return ckpt, configs, model, tracer, fates, load_error
 
 
-def _param_states(model, tracer) -> list[ParamState]:
+def _param_states(model, tracer, reached: set[str]) -> list[ParamState]:
     own_embed = bool(getattr(model, "has_own_embed_tokens", False))
     own_head = bool(getattr(model, "has_own_lm_head", False))
     params = []
@@ -263,7 +263,7 @@ def _param_states(model, tracer) -> list[ParamState]:
         if p.is_floating_point():
             fraction = unwritten_fraction(p, tracer.meta_written, name)
         else:  # an integer parameter (the draft->target map) has no NaN: written if a loader call reached it
-            fraction = 0.0 if getattr(p, "_eagle3_contracts_written", False) else 1.0
+            fraction = 0.0 if name in reached else 1.0
         params.append(ParamState(name=name, shape=list(p.shape), dtype=str(p.dtype).removeprefix("torch."),
                                  unwritten_fraction=fraction, shared_from_target=shared))
     return params
@@ -274,11 +274,7 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
 
     Raises ``EngineBuildError`` when vLLM refuses the config or cannot build the draft class."""
     ckpt, configs, model, tracer, fates, load_error = load_traced(engine_dir, target_dir, device=device)
-    for fate in fates.values():  # mark integer parameters a call reached (no sentinel for them)
-        for call in fate.calls:
-            p = tracer.params.get(call.param)
-            if p is not None and not p.is_floating_point() and call.error is None:
-                p._eagle3_contracts_written = True
+    reached = {c.param for f in fates.values() for c in f.calls if c.error is None}
     hf = configs.draft.hf_config
     hot = engine_map(model) if is_eagle3_draft_class(type(model)) else None
     observation = LoadObservation(
@@ -287,14 +283,13 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
         config=_config_summary(hf),
         model_dtype=str(configs.draft.dtype).removeprefix("torch."),
         tensors=list(fates.values()),
-        params=_param_states(model, tracer),
+        params=_param_states(model, tracer, reached),
         load_error=load_error,
         hot_token_id=hot,
         hot_token_id_dtype=None if hot is None else str(getattr(model, MAP_PARAM).dtype).removeprefix("torch."),
         is_eagle3_draft=is_eagle3_draft_class(type(model)),
     )
-    observation.device = next(p.device.type for n, p in model.named_parameters() if p.numel() > READ_WHOLE_ELEMENTS) \
-        if any(p.numel() > READ_WHOLE_ELEMENTS for p in model.parameters()) else "cpu"
+    observation.device = "meta" if any(p.is_meta for p in model.parameters()) else "cpu"
     for fate in observation.tensors:
         if fate.key.split(".")[-1] == "d2t" and any(c.param == MAP_PARAM for c in fate.calls):
             fate.side_channel = MAP_PARAM  # vLLM's d2t: draft_id_to_target_id, applied as arange + d2t
