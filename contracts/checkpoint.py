@@ -54,6 +54,11 @@ def rope_of(cfg: dict) -> tuple[float | None, dict | None]:
     return theta, scaling
 
 
+# eagle_config keys only NVIDIA Model Optimizer's export writes (modelopt/torch/export/plugins/hf_spec_configs.py)
+MODELOPT_EAGLE_KEYS = {"use_input_layernorm_in_first_layer", "use_mtp_layernorm", "next_layer_regular",
+                       "parallel_draft_step", "parallel_draft_heads_num_layers"}
+
+
 class InputError(Exception):
     """The input cannot be judged at all (missing, malformed, unsafe). Rendered as one line, exit 2."""
 
@@ -286,12 +291,17 @@ class Checkpoint:
 
     @cached_property
     def trainer_format(self) -> str:
-        """``speculators`` (nested config, as speculators saves it) or ``sglang`` (flat Llama-style config)."""
+        """``speculators`` (nested config, as speculators saves it), ``specforge`` (its SGLang export's
+        ``midlayer.*``), ``modelopt`` (NVIDIA Model Optimizer's export: its own switches in ``eagle_config``) or
+        ``sglang`` (another flat Llama-style config)."""
         cfg = self.config
         if "transformer_layer_config" in cfg or "speculators_config" in cfg or cfg.get("speculators_model_type"):
             return "speculators"
         if any(t.startswith("midlayer.") for t in self.tensors):
             return "specforge"
+        eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+        if MODELOPT_EAGLE_KEYS & set(eagle):
+            return "modelopt"
         return "sglang"
 
     def load_tensor(self, name: str):

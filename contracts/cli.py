@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="judge a draft checkpoint with every contract")
     c.add_argument("checkpoint", nargs="?", help="draft checkpoint directory")
     c.add_argument("--target", help="target model directory (config.json; weights optional)")
-    c.add_argument("--trainer", choices=("speculators", "specforge"),
+    c.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"),
                    help="the library that trained a flat-config draft (for a draft converted by hand: its aux "
                         "layer ids are then read in that trainer's convention)")
     c.add_argument("--engine", default="sglang", help="engine under test: sglang (installed here), sglang==VERSION, "
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--target", help="target model directory (config.json; weights optional)")
     m.add_argument("--engines", required=True,
                    help="comma-separated engine specs, e.g. sglang==0.5.9,sglang==0.5.23 (each in its own environment)")
-    m.add_argument("--trainer", choices=("speculators", "specforge"),
+    m.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"),
                    help="the library that trained a flat-config draft (as for check)")
     m.add_argument("--only", help="comma-separated contract ids")
     m.add_argument("--format", choices=("text", "json", "markdown"), default="text")

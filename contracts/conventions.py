@@ -14,6 +14,7 @@ from __future__ import annotations
 TRAINERS = {
     "speculators": {"offset": 0, "default": lambda n: [2, n // 2, n - 3]},
     "specforge": {"offset": 1, "default": lambda n: [1, n // 2 - 1, n - 4]},
+    "modelopt": {"offset": 1, "default": lambda n: sorted({1, max(0, n // 2 - 1), max(0, n - 4)})},
 }
 
 
@@ -29,3 +30,26 @@ def trainer_layer_ids(trainer: str, config: dict, num_target_layers: int) -> tup
 
 def hf_indices(trainer: str, ids: list[int]) -> list[int]:
     return [i + TRAINERS[trainer]["offset"] for i in ids]
+
+
+# NVIDIA Model Optimizer's own draft switches (its export's eagle_config). They describe structure, so an engine that
+# ignores one still computes one of its two values' math: the true math exactly when the draft the engine builds has
+# the part the switch governs (read off the engine's own parameter names; None: no engine has such a part).
+MODELOPT_SWITCHES = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
+                     "next_layer_regular")
+GOVERNED_PART = {
+    "use_last_layernorm": lambda name: name in ("model.norm.weight", "norm.weight"),
+    "use_input_layernorm_in_first_layer": lambda name: name.endswith(
+        ("layers.0.input_layernorm.weight", "midlayer.input_layernorm.weight")),
+    "use_mtp_layernorm": None,
+}
+ONE_LAYER_ONLY = ("next_layer_regular",)  # describes draft layers after the first: no effect on a one-layer draft
+
+
+def engine_fixed_value(switch: str, engine_params: set[str] | None) -> bool:
+    """The value of ``switch`` whose math an engine that ignores it computes: false for the switches both trainers and
+    engines default to false; for a structural switch, whether the engine's draft has the part it governs."""
+    governs = GOVERNED_PART.get(switch)
+    if governs is None or engine_params is None:
+        return False
+    return any(governs(name) for name in engine_params)

@@ -25,7 +25,7 @@ def pytest_addoption(parser):
     group.addoption("--target", action="append", default=[], metavar="DIR",
                     help="target model directory for the --checkpoint at the same position (repeatable)")
     group.addoption("--trainer", action="append", default=[], metavar="NAME",
-                    help="speculators or specforge: the trainer of the --checkpoint at the same position")
+                    help="speculators, specforge or modelopt: the trainer of the --checkpoint at the same position")
     group.addoption("--contracts-only", default=None, metavar="IDS",
                     help="comma-separated contract ids to run (default: all)")
     group.addoption("--engine", action="append", default=[], metavar="SPEC", dest="contracts_engine",

@@ -187,8 +187,17 @@ class Subject:
             raise EngineRefused(str(e)) from None
 
     def ignored_switches(self) -> list[str]:
-        """Switches the checkpoint sets to true that the engine ignores (from the config observation)."""
-        return [k for k, s in self.config_obs.switches.items() if s["value"] is True and not s["honoured"]]
+        """Switches the checkpoint sets that the engine ignores while computing the other value's math (the
+        ``config`` contract's verdict on them)."""
+        from contracts.checks.config import mismatched_switches
+
+        return mismatched_switches(self, self.config_obs)
+
+    def rope_scaling_warning(self) -> str | None:
+        """``config``'s warning that the draft's config scales its rope where the target's does not, if it has one."""
+        from contracts.checks.config import draft_only_rope_scaling
+
+        return draft_only_rope_scaling(self)
 
     @cached_property
     def forward(self):

@@ -41,7 +41,11 @@ def oracle(vocab: int, draft: int, d2t: torch.Tensor | None, t2d: torch.Tensor |
         return False
     if any(not 0 <= m < vocab for m in mapping):
         return False
-    if any(b <= a for a, b in zip(mapping, mapping[1:])):
+    if len(set(mapping)) != len(mapping):  # one-to-one
+        return False
+    # ascending only where t2d implies the order (a mask describes an ascending selection); without it the order is
+    # the trainer's (Model Optimizer: by frequency), and only the intended map, when known, decides
+    if t2d is not None and any(b <= a for a, b in zip(mapping, mapping[1:])):
         return False
     if t2d is not None:
         flags = [bool(x) for x in t2d.tolist()]

@@ -3,14 +3,17 @@ vocab map fails with side-by-side evidence and a diagnosis; a correct map passes
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from contracts.bundled import manifest
-from tests.conftest import DRAFTS, TARGET, judge_contract
+from tests.conftest import DRAFTS, FIXTURES, TARGET, judge_contract
 
 SELECTED = manifest()["specforge"]["selected_target_ids"]
 DRAFT_VOCAB, VOCAB = 64, 512
+FREQ = {int(k): v for k, v in json.loads((FIXTURES / "vocab" / "token_freq.json").read_text()).items()}
 
 
 def judge(path, intended=SELECTED, target=TARGET):
@@ -73,7 +76,7 @@ def test_duplicate_targets(broken):
     ids[40] = ids[39]  # two draft ids reach the same target id
     result = judge(broken("specforge", replace={"d2t": offsets(ids), "t2d": t2d_for(SELECTED)}))
     assert result.status == "fail"
-    assert "not strictly increasing" in result.summary
+    assert "map to a target id another draft id already maps to" in result.summary
     assert any(h.startswith("duplicates") for h in result.evidence["diagnosis"])
     assert result.evidence["first_differences"] == [{"draft_id": 40, "engine_target": ids[39], "intended": SELECTED[40]}]
 
@@ -144,3 +147,20 @@ def test_config_without_draft_vocab_size_is_an_engine_refusal(broken):
     result = judge(broken("specforge", config={"draft_vocab_size": DELETE}))
     assert result.status == "fail"
     assert "'LlamaConfig' object has no attribute 'draft_vocab_size'" in result.evidence["engine_error"]
+
+
+def test_a_frequency_ordered_d2t_without_t2d_is_served_as_trained(broken):
+    """Model Optimizer saves no t2d and orders d2t by frequency (calibrate_frequent_vocab): draft id i is the i-th
+    most frequent target id. The engines only index through the map, so the order is the trainer's to choose."""
+    by_frequency = sorted(SELECTED, key=lambda i: (-FREQ[i], i))
+    path = broken("specforge", replace={"d2t": offsets(by_frequency)}, remove=["t2d"])
+    result = judge(path, intended=by_frequency)
+    assert result.status == "pass", result
+    assert "in the trainer's order (no t2d)" in result.summary and result.evidence["not_increasing_at"]
+
+
+def test_a_non_ascending_d2t_contradicts_its_t2d(broken):
+    by_frequency = sorted(SELECTED, key=lambda i: (-FREQ[i], i))
+    result = judge(broken("specforge", replace={"d2t": offsets(by_frequency)}), intended=None)
+    assert result.status == "fail"
+    assert "t2d can only describe an ascending selection" in result.summary

@@ -23,10 +23,10 @@ def test_files_match_their_manifest(name):
 
 def test_every_trainer_is_represented():
     trainers = {(e["trainer"], e["trainer_version"]) for e in MANIFEST.values()}
-    assert {("speculators", "0.9.0"), ("specforge", "0.2.0")} <= trainers
+    assert {("speculators", "0.9.0"), ("specforge", "0.2.0"), ("modelopt", "0.47.0")} <= trainers
     assert [s.name for s in bundled_subjects()] == [
-        "specforge", "specforge-hd32", "speculators-default", "speculators-default-hd32", "speculators-kimi-k25",
-        "speculators-train", "speculators-train-hd32"]
+        "modelopt-default-hd32", "modelopt-explicit-hd32", "specforge", "specforge-hd32", "speculators-default",
+        "speculators-default-hd32", "speculators-kimi-k25", "speculators-train", "speculators-train-hd32"]
 
 
 WITH_REFERENCES = ["specforge", "speculators-default", "speculators-train",
@@ -75,7 +75,7 @@ def _reference(name):
         return ref, {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 
 
-@pytest.mark.parametrize("name", WITH_REFERENCES)
+@pytest.mark.parametrize("name", [*WITH_REFERENCES, "modelopt-default-hd32", "modelopt-explicit-hd32"])
 def test_reference_forward_is_committed_with_its_draft(name):
     import hashlib
 
@@ -91,9 +91,10 @@ def test_reference_forward_is_committed_with_its_draft(name):
     header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
     assert list(header["__metadata__"]) == sorted(header["__metadata__"])
 
-    assert {k: (str(t.dtype), list(t.shape)) for k, t in tensors.items()} == REFERENCE_TENSORS
-    assert ref["tensors"] == {k: {"dtype": d.removeprefix("torch."), "shape": s}
-                              for k, (d, s) in sorted(REFERENCE_TENSORS.items())}
+    # logits over the draft vocabulary: 64, or the full 512 of Model Optimizer's default (it keeps the vocabulary)
+    want = {**REFERENCE_TENSORS, "logits": ("torch.float32", [8, len(entry["selected_target_ids"])])}
+    assert {k: (str(t.dtype), list(t.shape)) for k, t in tensors.items()} == want
+    assert ref["tensors"] == {k: {"dtype": d.removeprefix("torch."), "shape": s} for k, (d, s) in sorted(want.items())}
     assert tensors["positions"].tolist() == list(range(8))
     assert 0 <= int(tensors["input_ids"].min()) and int(tensors["input_ids"].max()) < 512
     assert json.loads(meta["prompt"])[1:] == tensors["input_ids"].tolist()
@@ -130,3 +131,22 @@ def test_the_head_size_32_twins_differ_from_their_originals_only_in_the_attentio
         cfg = json.loads((REPO / b["path"] / "config.json").read_text())
         layer = cfg.get("transformer_layer_config", cfg)
         assert (layer["num_attention_heads"], layer["num_key_value_heads"], layer["head_dim"]) == (2, 1, 32)
+
+
+def test_model_optimizer_saves_d2t_in_frequency_order_and_no_t2d():
+    """calibrate_frequent_vocab: draft id i is the i-th most frequent target id (ties: the lower id first)."""
+    import torch
+
+    entry = MANIFEST["modelopt-explicit-hd32"]
+    freq = {int(k): v for k, v in json.loads((FIXTURES / "vocab" / "token_freq.json").read_text()).items()}
+    with safe_open(str(REPO / entry["path"] / "model.safetensors"), framework="pt") as f:
+        keys = set(f.keys())
+        d2t = f.get_tensor("d2t")
+    assert "t2d" not in keys and "embed_tokens.weight" not in keys
+    selected = (d2t + torch.arange(64)).tolist()
+    assert selected == entry["selected_target_ids"]
+    assert selected == sorted(freq, key=lambda i: (-freq[i], i))[:64]
+    assert selected != sorted(selected)  # not ascending: the engines serve it as trained all the same
+    assert sorted(selected) == MANIFEST["specforge"]["selected_target_ids"]  # the same 64 ids as the others
+    assert "d2t" not in set(safe_open(str(REPO / MANIFEST["modelopt-default-hd32"]["path"] / "model.safetensors"),
+                                      framework="pt").keys())

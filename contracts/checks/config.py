@@ -15,13 +15,15 @@ import json
 
 from contracts.checkpoint import rope_of, text_config
 from contracts.checks.evidence import engine_label
+from contracts.conventions import MODELOPT_SWITCHES, ONE_LAYER_ONLY, engine_fixed_value
 from contracts.refusals import DRAFT_ARCHITECTURE_FIX
 from contracts.registry import FAIL, PASS, WARN, Result, contract
 
-# Boolean switches whose default is false in the trainers and the engine. Which of them the engine honours
-# is not listed anywhere: it is measured by flipping each one present in the checkpoint's config.
+# Boolean switches that change the math. Which of them an engine honours is not listed anywhere: it is measured by
+# flipping each one present in the checkpoint's config. The first ones default to false in the trainers and the
+# engines, so an engine that ignores one computes its false math.
 SWITCHES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "use_aux_norm", "bias",
-            "attention_bias", "mlp_bias")
+            "attention_bias", "mlp_bias", *MODELOPT_SWITCHES)
 
 
 def trained_config(ckpt_config: dict) -> dict:
@@ -78,11 +80,15 @@ def check_config(subject) -> Result:
     warnings += [w for w, _ in own]
     warn_fixes = [f for _, f in own]
 
-    for key, s in obs.switches.items():
-        if s["value"] is True and not s["honoured"]:
-            problems.append(f"{key}: {json.dumps(s['value'])} is ignored by {label}: flipping it on the same weights changes "
-                            f"nothing, so the engine computes the {key}: false math the draft was not trained with")
-            fixes.append(f"retrain with {key}: false (or serve with an engine that implements {key})")
+    for key, (value, fixed) in _ignored_switches(subject, obs).items():
+        if value != fixed:
+            problems.append(f"{key}: {json.dumps(value)} is ignored by {label}: flipping it on the same weights "
+                            f"changes nothing, so the engine computes the {key}: {json.dumps(fixed)} math the draft was "
+                            f"not trained with")
+            fixes.append(f"retrain with {key}: {json.dumps(fixed)} (or serve with an engine that implements {key})")
+        else:
+            ev["switches"][key]["note"] = (f"ignored, but the engine always computes the {key}: {json.dumps(fixed)} "
+                                           f"math the draft set")
 
     vocab, draft_vocab = flat.get("vocab_size"), flat.get("draft_vocab_size")
     if isinstance(vocab, int) and isinstance(draft_vocab, int) and draft_vocab > vocab:
@@ -108,9 +114,13 @@ def check_config(subject) -> Result:
         d_theta, d_scaling = rope_of(trained_config(original))
         if t_theta and d_theta and float(t_theta) != float(d_theta):
             warnings.append(f"rope base {d_theta} differs from the target's {t_theta}")
-        if t_scaling and not d_scaling:
-            warnings.append(f"the target uses rope scaling {t_scaling.get('rope_type') or t_scaling.get('type')} "
-                            f"and the draft none")
+        if _scaled(t_scaling) and not _scaled(d_scaling):
+            warnings.append(f"the target uses rope scaling {_rope_type(t_scaling)} and the draft none")
+        elif _scaled(d_scaling) and not _scaled(t_scaling):
+            text, fix = _draft_only_scaling(subject, d_scaling)
+            own.append((text, fix))  # its own fix, not the generic "confirm these differences"
+            warnings.append(text)
+            warn_fixes.append(fix)
         if obs.engine_dtype and obs.target_engine_dtype and obs.engine_dtype != obs.target_engine_dtype:
             warnings.append(f"with --dtype auto {label} runs the draft in {obs.engine_dtype} and the target in "
                             f"{obs.target_engine_dtype}")
@@ -155,3 +165,63 @@ def _duplicate_keys(subject, ev: dict) -> list[tuple[str, str]]:
     ev["duplicate_keys"] = [{"key": k, "shadowed": old, "read": new} for k, old, new in dups]
     return [(f"config.json gives {k!r} twice: the engine reads the last value {json.dumps(new)}; the earlier "
              f"{json.dumps(old)} is shadowed", f"keep one {k!r} in config.json") for k, old, new in dups]
+
+
+def _rope_type(scaling: dict | None) -> str:
+    return str((scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default")
+
+
+def _scaled(scaling: dict | None) -> bool:
+    return scaling is not None and _rope_type(scaling) != "default"
+
+
+def _draft_only_scaling(subject, scaling: dict) -> tuple[str, str]:
+    """A draft whose config scales its rope where the target does not: the engine applies it to every position.
+    Model Optimizer's export writes yarn (factor 32) over a default training rope unless told not to, so for its
+    drafts the warning names that rule (forward-parity measures what it costs against the trainer's own forward)."""
+    detail = ", ".join(f"{k} {v}" for k, v in scaling.items() if k not in ("rope_type", "type", "rope_theta"))
+    text = (f"the draft's config scales its rope ({_rope_type(scaling)}: {detail}) and the target's does not: the "
+            f"engine applies it at every draft position")
+    fix = "keep the rope the draft was trained with in config.json"
+    if subject.trainer_format == "modelopt" and _rope_type(scaling) == "yarn" and float(scaling.get("factor", 0)) == 32:
+        text += ("; Model Optimizer's export writes exactly this over a default training rope unless "
+                 "eagle_export_rope_scaling={} is set")
+        fix = ("if the draft was trained with the default rope, export it with eagle_export_rope_scaling={} (or write "
+               "that rope into config.json)")
+    return text, fix
+
+
+def _ignored_switches(subject, obs) -> dict[str, tuple[bool, bool]]:
+    """Switch -> (the checkpoint's value, the value whose math the engine computes) for each switch the engine
+    ignores (flipping it changes nothing) where it could matter (a one-layer draft has no later layers)."""
+    flat = json.loads((subject.engine_dir / "config.json").read_text())
+    layers = int(flat.get("num_hidden_layers") or trained_config(subject.checkpoint.config).get("num_hidden_layers") or 1)
+    params = _engine_params(subject)
+    return {key: (s["value"], engine_fixed_value(key, params)) for key, s in obs.switches.items()
+            if not s["honoured"] and not (key in ONE_LAYER_ONLY and layers == 1)}
+
+
+def mismatched_switches(subject, obs) -> list[str]:
+    """The switches the engine ignores while computing the other value's math than the checkpoint sets."""
+    return [key for key, (value, fixed) in _ignored_switches(subject, obs).items() if value != fixed]
+
+
+def draft_only_rope_scaling(subject) -> str | None:
+    """The warning that the draft's config scales its rope where the target's does not (None: it does not)."""
+    if subject.target is None:
+        return None
+    _, t_scaling = rope_of(text_config(subject.target.config))
+    _, d_scaling = rope_of(trained_config(subject.checkpoint.config))
+    if _scaled(d_scaling) and not _scaled(t_scaling):
+        return _draft_only_scaling(subject, d_scaling)[0]
+    return None
+
+
+def _engine_params(subject) -> set[str] | None:
+    """The parameter names of the draft the engine built (None when it could not build one)."""
+    from contracts.subject import EngineRefused
+
+    try:
+        return {p.name for p in subject.load.params}
+    except EngineRefused:
+        return None

@@ -1,11 +1,13 @@
 """``d2t-semantics``: the engine's own draft->target map (SGLang's ``hot_token_id = d2t + arange(len(d2t))``,
-vLLM's ``arange(draft_vocab) + draft_id_to_target_id`` in ``compute_logits``) is a strictly
-increasing, in-range map of length ``draft_vocab_size`` into the target vocab, agrees with ``t2d``, exists
-whenever the draft vocab is reduced, and equals the mapping the trainer built.
+vLLM's ``arange(draft_vocab) + draft_id_to_target_id`` in ``compute_logits``) is a one-to-one (strictly increasing
+wherever ``t2d`` implies the ascending order speculators and SpecForge use; Model Optimizer saves no ``t2d`` and
+orders ``d2t`` by frequency), in-range map of length ``draft_vocab_size`` into the target vocab, agrees with
+``t2d``, exists whenever the draft vocab is reduced, and equals the mapping the trainer built.
 
 Prevents: ``d2t`` saved as absolute ids (draft id i reaches target id ``ids[i] + i``), a missing ``d2t``
-with a reduced vocab (draft id i silently means target id i), and the opposite mistake — "fixing" a correct
-``d2t`` whose first offsets are all zero (they are zero whenever target ids 0..k are selected). Judged on
+with a reduced vocab (draft id i silently means target id i), and the opposite mistakes — "fixing" a correct
+``d2t`` whose first offsets are all zero (they are zero whenever target ids 0..k are selected), or failing a
+correct frequency-ordered one. Judged on
 the ``hot_token_id`` the engine's ``load_weights`` computed, never on a re-implementation of it.
 """
 
@@ -60,9 +62,9 @@ def _as_ints(values) -> list[int] | None:
     return out
 
 
-@contract("d2t-semantics", "the engine's hot_token_id (d2t + arange) is a strictly increasing, in-range map of "
-                           "length draft_vocab_size into the target vocab, agrees with t2d, exists whenever the "
-                           "draft vocab is reduced, and equals the mapping the trainer built")
+@contract("d2t-semantics", "the engine's draft->target map (d2t + arange) is a one-to-one, in-range map of length "
+                           "draft_vocab_size into the target vocab (ascending wherever t2d implies it), agrees with "
+                           "t2d, exists whenever the draft vocab is reduced, and equals the mapping the trainer built")
 def check_d2t_semantics(subject) -> Result:
     obs = subject.load
     ckpt = subject.checkpoint
@@ -118,12 +120,25 @@ def check_d2t_semantics(subject) -> Result:
                 problems.append(f"{len(bad)} draft id(s) map outside the target vocab [0, {vocab}): first "
                                 f"draft id {bad[0][0]} → {bad[0][1]}")
         steps = [(i, a, b) for i, (a, b) in enumerate(zip(hot, hot[1:])) if b <= a]
-        if steps:
+        dup = sorted({h for h in hot if hot.count(h) > 1}) if len(set(hot)) < len(hot) else []
+        if dup:
+            evidence["duplicate_targets"] = dup[:SIDE_BY_SIDE]
+            problems.append(f"{len(hot) - len(set(hot))} draft id(s) map to a target id another draft id already "
+                            f"maps to (first: {dup[0]}): the draft head spends rows on the same token")
+        elif steps:
+            # Order matters only where the trainer's own record of the selection implies one: t2d (a mask) can only
+            # describe an ascending selection (speculators, SpecForge). Model Optimizer saves no t2d and builds d2t
+            # in frequency order (calibrate_frequent_vocab: draft id i is the i-th most frequent target id), which
+            # both engines serve as trained: they only index through the map.
             i, a, b = steps[0]
             evidence["not_increasing_at"] = [{"draft_id": j + 1, "engine_target": y, "previous": x}
                                              for j, x, y in steps[:SIDE_BY_SIDE]]
-            problems.append(f"hot_token_id is not strictly increasing ({len(steps)} place(s); first: draft ids "
-                            f"{i}, {i + 1} → {a}, {b})")
+            if t2d is not None:
+                problems.append(f"hot_token_id is not strictly increasing ({len(steps)} place(s); first: draft ids "
+                                f"{i}, {i + 1} → {a}, {b}) while t2d can only describe an ascending selection")
+            else:
+                evidence["order"] = "not ascending (no t2d implies an order): e.g. frequency order, as Model " \
+                                    "Optimizer's calibrate_frequent_vocab builds d2t"
     if t2d is not None and mapped is not None:
         selected = int(t2d.sum())
         t2d_problems = []
@@ -166,5 +181,6 @@ def check_d2t_semantics(subject) -> Result:
     zeros = next((i for i, v in enumerate(d2t or []) if v != 0), len(d2t or []))
     note = f"; its first {zeros} offsets are 0 because target ids 0..{zeros - 1} are selected" if zeros > 1 else ""
     checked = f", equal to {intended_source}" if intended is not None else ""
-    return Result("d2t-semantics", PASS, f"engine maps {len(hot)} draft ids into [0, {vocab}) strictly increasing"
+    order = "strictly increasing" if "order" not in evidence else "one-to-one, in the trainer's order (no t2d)"
+    return Result("d2t-semantics", PASS, f"engine maps {len(hot)} draft ids into [0, {vocab}) {order}"
                   f"{checked}{note}", evidence)

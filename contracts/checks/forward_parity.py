@@ -70,11 +70,16 @@ def check_forward_parity(subject) -> Result:
         problems.append(f"top-{TOP_K} target ids differ at {len(topk_mismatch)} of {len(ref)} positions")
     if problems:
         suspects = subject.ignored_switches()
+        rope = subject.rope_scaling_warning()
         fix = (f"the engine ignores {', '.join(suspects)} (see config): retrain without it or serve with an engine "
                f"that implements it") if suspects else \
+            (f"the engine applies the rope scaling the draft's config.json declares, which the trainer's forward did "
+             f"not (see config: {rope})") if rope else \
             "compare the draft's norms, embedding and head with what the engine serves (see config, embed-head)"
         if suspects:
             ev["ignored_switches"] = suspects
+        if rope:
+            ev["rope_scaling_warning"] = rope
         return Result("forward-parity", FAIL, "; ".join(problems), ev, fix)
     return Result("forward-parity", PASS, f"{len(ref)} positions agree within {obs.tolerance:.3g} (max "
                   f"{obs.max_abs_diff:.3g}); top-{TOP_K} target ids equal", ev)

@@ -103,7 +103,7 @@ def check_hidden_width(subject) -> Result:
                              f"{aux.ids_for_trainer_layers} ({label} then captures hidden_states {wanted})")
     elif not subject.trainer_name:
         ev["trainer"] = ("unknown (a flat config names no trainer): layer alignment not judged; pass --trainer "
-                         "speculators|specforge to judge it")
+                         "speculators|specforge|modelopt to judge it")
 
     if problems:
         return Result("hidden-width", FAIL, "; ".join(problems), ev, "; ".join(fixes) or None)

@@ -25,7 +25,7 @@ from contracts.engines.errors import EngineBuildError
 from contracts.engines.scaling import scale_draft
 from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements
 from contracts.engines.vllm.aux_capture import CPU_HEAD_DIM
-from contracts.engines.vllm.context import draft_configs, engine_version
+from contracts.engines.vllm.context import current, draft_configs, engine_version
 from contracts.engines.vllm.cpu_forward import finish_loading, one_request, runs_on_cpu
 from contracts.engines.vllm.loader import LoadTracer, build_draft, is_eagle3_draft_class
 from contracts.observations import ConfigObservation, TensorFate
@@ -174,4 +174,5 @@ def _probe_switches(obs, configs, ckpt, candidate_switches: dict[str, bool], tra
             continue
         diff = max(float((logits - base_logits).abs().max()), float((out_hidden - base_hidden).abs().max()))
         obs.switches[key] = {"value": value, "honoured": diff > 0.0, "max_abs_change_when_flipped": diff}
-    obs.rope = compare_rope(build_draft(configs), trainer_config)
+    with current(configs.vc):  # vLLM's rotary classes are custom ops: they read the current config when built
+        obs.rope = compare_rope(build_draft(configs), trainer_config)
