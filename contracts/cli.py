@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_engine(spec: str) -> None:
-    """A usable engine spec: the SGLang installed here, or a release this suite has a recipe for."""
+    """A usable engine spec: the SGLang installed here, or a release on the package index."""
     from contracts.engines import EngineSpecError, canonical, parse_spec
     from contracts.engines.inprocess import installed_sglang
 
@@ -78,10 +78,10 @@ def _check_engine(spec: str) -> None:
             if installed_sglang() is None:
                 raise UsageError("SGLang is not installed in this environment: run through `tox -e check`, or "
                                  "name a release (--engine sglang==X) to use its own cached environment")
-        elif version != installed_sglang():
-            from contracts.engines.environments import recipe_for
+        elif name != "sglang" or version != installed_sglang():
+            from contracts.engines.environments import check_release
 
-            recipe_for(name, version)
+            check_release(name, version)
     except EngineSpecError as e:
         raise UsageError(str(e)) from None
 

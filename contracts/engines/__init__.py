@@ -63,6 +63,7 @@ def canonical(spec: str) -> str:
 
 
 _engines: dict[str, Engine] = {}
+_unmade: dict[str, Exception] = {}  # releases whose environment could not be made, this process (not retried)
 
 
 def engine_for(spec: str = "sglang") -> Engine:
@@ -72,14 +73,20 @@ def engine_for(spec: str = "sglang") -> Engine:
 
     key = canonical(spec)
     name, version = parse_spec(key)
+    if key in _unmade:
+        raise _unmade[key]
     if key not in _engines:
         if name == "sglang" and (version is None or version == installed_sglang()):
             _engines[key] = InProcessSGLang(key)
         else:
-            from contracts.engines.environments import environment_for
+            from contracts.engines.environments import EnvironmentBuildError, environment_for
             from contracts.engines.remote import WorkerEngine
 
-            _engines[key] = WorkerEngine(key, environment_for(name, version))
+            try:
+                _engines[key] = WorkerEngine(key, environment_for(name, version))
+            except EnvironmentBuildError as e:
+                _unmade[key] = e
+                raise
     return _engines[key]
 
 

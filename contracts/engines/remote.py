@@ -47,6 +47,7 @@ class WorkerEngine:
         self._info: dict | None = None
         self._next = 0
         self._scratch: str | None = None
+        self._failed: WorkerError | None = None
 
     # --- the Engine seam ---------------------------------------------------------------------------------
     def info(self) -> dict:
@@ -76,6 +77,8 @@ class WorkerEngine:
 
     # --- the worker ----------------------------------------------------------------------------------------
     def _start(self) -> None:
+        if self._failed is not None:  # a worker that could not start is not started again for every call
+            raise self._failed
         if self._proc is not None:
             return
         # Only this package goes on the worker's path (a link to it in a private directory): never the
@@ -88,9 +91,13 @@ class WorkerEngine:
         self._proc = subprocess.Popen([str(self.python), "-m", "contracts.engines.worker", self.adapter], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
                                       cwd=self._scratch)
-        first = self._read()
-        if "ready" not in first:
-            raise WorkerError(f"{self.spec} worker did not start: {first.get('error', first)}")
+        try:
+            first = self._read()
+            if "ready" not in first:
+                raise WorkerError(f"{self.spec} worker did not start: {first.get('error', first)}")
+        except WorkerError as e:
+            self._failed = e
+            raise
         self._info = first["ready"]
 
     def _read(self) -> dict:

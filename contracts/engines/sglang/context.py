@@ -44,10 +44,12 @@ def ensure_context() -> None:
 
         registry_cache.defer_default_models()
         shims.install()
+        shims.amx_probe_under_its_torch_name()
         import torch
         from sglang.srt.distributed.parallel_state import init_distributed_environment
 
         shims.select_torch_native_rotary()
+        shims.rotary_without_vllm_kernel()
         shims.run_compiled_functions_eagerly()
         _quiet()  # SGLang's import installs its own handlers; quiet them again
         # 0.5.3 binds its custom all-reduce kernels when the process group is made (one rank never uses them)

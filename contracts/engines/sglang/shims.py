@@ -195,6 +195,57 @@ def select_torch_native_rotary() -> None:
         rotary_base._is_cpu_amx_available = True
 
 
+class _KernelModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``vllm`` and ``vllm._custom_ops`` whose names are stand-ins that raise if called."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in ("vllm", "vllm._custom_ops"):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=fullname == "vllm")
+        return None
+
+    def create_module(self, spec):
+        module = _StandInModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def rotary_without_vllm_kernel() -> None:
+    """Replaces: ``vllm._custom_ops.rotary_embedding`` with a stand-in that raises if called, only while SGLang
+    constructs a ``RotaryEmbedding``, on releases whose constructor imports it (0.5.5: for a float32 cache on any
+    platform but CUDA/NPU/XPU; 0.5.9 and later do not).
+
+    Why the checked path is unaffected: the kernel is only stored (``self.vllm_rotary_embedding``) for
+    ``forward_cuda``; on a CPU SGLang's dispatch runs ``forward_native``, the pure-torch rotation (with
+    ``select_torch_native_rotary``). The stand-in modules are removed from ``sys.modules`` right after, so no
+    ``import vllm`` probe elsewhere sees a vllm.
+    """
+    try:
+        import sglang.srt.layers.rotary_embedding.base as rotary_base
+    except ImportError:  # a single rotary module (0.5.9 and earlier)
+        import sglang.srt.layers.rotary_embedding as rotary_base
+    cls = getattr(rotary_base, "RotaryEmbedding", None)
+    if cls is None or getattr(cls.__init__, "__eagle3_contracts_stand_in__", False) \
+            or "vllm._custom_ops" not in inspect.getsource(cls.__init__) or importlib.util.find_spec("vllm"):
+        return
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        finder = _KernelModules()
+        sys.meta_path.insert(0, finder)
+        try:
+            original(self, *args, **kwargs)
+        finally:
+            sys.meta_path.remove(finder)
+            for name in ("vllm._custom_ops", "vllm"):
+                sys.modules.pop(name, None)
+
+    __init__.__eagle3_contracts_stand_in__ = True
+    cls.__init__ = __init__
+
+
 class _NamesFrom(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves ``vllm`` package stand-ins whose names resolve to attributes of an SGLang module."""
 
@@ -251,19 +302,41 @@ def import_layers_without_vllm() -> None:
                 del sys.modules[name]
 
 
-def import_eagle_worker_v1():
-    """0.5.3's ``speculative/eagle_worker.py`` (whose ``__init__`` holds the embed/head wiring), importable on
-    a CPU.
+def fast_topk_stand_in() -> None:
+    """Replaces: ``fast_topk`` in the speculative helpers module (``spec_utils``, before it ``eagle_utils``) where a
+    release defines it only on CUDA/HIP (``from sgl_kernel import fast_topk`` under ``if is_cuda()``) while its
+    EAGLE workers and CUDA-graph runners import it unconditionally (0.5.3-0.5.4.post1).
 
-    Replaces: ``sglang.srt.speculative.spec_utils.fast_topk`` where the release defines it only on CUDA/HIP
-    (``from sgl_kernel import fast_topk`` under ``if is_cuda()``) while ``eagle_worker`` imports it
-    unconditionally. Why the checked path is unaffected: ``fast_topk`` picks draft tokens during decoding;
-    the wiring statements run here never call it, and the stand-in raises if anything does.
+    Why the checked path is unaffected: ``fast_topk`` picks draft tokens during decoding; the wiring run here never
+    calls it, and the stand-in raises if anything does.
     """
-    spec_utils = import_with_kernel_stand_in("sglang.srt.speculative.spec_utils")
-    if not hasattr(spec_utils, "fast_topk"):
-        spec_utils.fast_topk = _Unavailable("sgl_kernel.fast_topk")
+    for module in ("sglang.srt.speculative.spec_utils", "sglang.srt.speculative.eagle_utils"):
+        found = import_with_kernel_stand_in(module, optional=True)
+        if found is not None and not hasattr(found, "fast_topk"):
+            found.fast_topk = _Unavailable("sgl_kernel.fast_topk")
+
+
+def import_eagle_worker_v1():
+    """0.5.3's ``speculative/eagle_worker.py`` (whose ``__init__`` holds the embed/head wiring), importable on a CPU
+    (see ``fast_topk_stand_in``)."""
+    fast_topk_stand_in()
     return import_with_kernel_stand_in("sglang.srt.speculative.eagle_worker")
+
+
+def amx_probe_under_its_torch_name() -> None:
+    """Replaces: ``torch._C._cpu._is_amx_tile_supported``, which SGLang 0.4.9.post1-0.5.1.post3 call at import
+    (``cpu_has_amx_support``) and torch 2.13 no longer has under that private name, with torch's own
+    ``torch.cpu._is_amx_tile_supported`` (the same CPU feature probe, under its current name).
+
+    Why the checked path is unaffected: SGLang asks whether to use its AMX CPU kernels; the answer is the machine's
+    own (no AMX here), so its pure-torch paths run as on any CPU without AMX. Not a CUDA stand-in: the one
+    bridge this suite needs between an older release and the only CPU torch on this machine.
+    """
+    import torch
+
+    cpu = getattr(torch._C, "_cpu", None)
+    if cpu is not None and not hasattr(cpu, "_is_amx_tile_supported") and hasattr(torch.cpu, "_is_amx_tile_supported"):
+        cpu._is_amx_tile_supported = torch.cpu._is_amx_tile_supported
 
 
 @contextlib.contextmanager

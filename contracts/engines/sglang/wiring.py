@@ -82,8 +82,10 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    from contracts.engines.sglang.shims import cuda_synchronize_is_a_no_op, import_with_kernel_stand_in
+    from contracts.engines.sglang.shims import (cuda_synchronize_is_a_no_op, fast_topk_stand_in,
+                                                import_with_kernel_stand_in)
 
+    fast_topk_stand_in()  # (0.5.3-0.5.4.post1: eagle_worker_v2's CUDA-graph runner imports it)
     v2 = import_with_kernel_stand_in("sglang.srt.speculative.eagle_worker_v2", optional=True)
 
     own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)

@@ -1,0 +1,89 @@
+"""The environment builder's probe: run an engine adapter's own steps once, inside a newly made environment, and
+say which module the engine's EAGLE-3 path could not import (``contracts.engines.recipes``: the import closure).
+
+Every step a contract takes is run on the bundled specforge draft and tiny Llama target (load, config, aux capture,
+embed/head wiring, the reference forward); a missing module shows either as the exception itself or inside the
+engine refusal the adapter records, so both are searched. Prints one JSON line:
+``{"ok": true}``, ``{"missing": MODULE, "step": OP, "where": "FILE:LINE"}`` (the engine's own statement that
+imports it, when the traceback shows one) or ``{"error": MESSAGE, "step": OP}``.
+
+    python -m contracts.engines.probe sglang|vllm
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+
+MISSING = re.compile(r"No module named '([^']+)'")
+ENGINE_PACKAGE = {"sglang": "sglang", "vllm": "vllm"}
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _steps(engine):
+    draft, target = FIXTURES / "drafts" / "specforge", FIXTURES / "targets" / "llama-tiny"
+    reference = FIXTURES / "references" / "specforge.safetensors"
+    yield "info", lambda: engine.info()
+    if not draft.is_dir():  # an installed package without the fixtures: the imports the first step made
+        return
+    yield "load", lambda: engine.load(draft, target)
+    yield "config", lambda: engine.config(draft, json.loads((draft / "config.json").read_text()), {}, None)
+    yield "aux", lambda: engine.aux(draft, target, [2, 4, 5])
+    yield "embed_head", lambda: engine.embed_head(draft, target)
+    yield "forward", lambda: engine.forward(draft, target, reference)
+
+
+def _where(error: BaseException, name: str) -> dict:
+    """The engine's own statement the import failed in (``sglang/srt/layers/rotary_embedding.py:9``)."""
+    package = ENGINE_PACKAGE[name]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f"/{package}/" in f.filename]
+    if not frames:
+        return {}
+    last = frames[-1]
+    return {"where": f"{package}/{last.filename.rsplit(f'/{package}/', 1)[1]}:{last.lineno}"}
+
+
+def probe(name: str) -> dict:
+    from contracts.engines.errors import EngineBuildError
+    from contracts.engines.inprocess import ADAPTERS
+
+    engine = ADAPTERS[name]()
+    for step, run in _steps(engine):
+        try:
+            result = run()
+        except ModuleNotFoundError as e:
+            return {"missing": e.name or MISSING.search(str(e)).group(1), "step": step, **_where(e, name)}
+        except EngineBuildError as e:  # the engine's refusal: a missing module inside it is what the closure adds
+            found = MISSING.search(str(e))
+            if found:
+                return {"missing": found.group(1), "step": step}
+            return {"error": f"{type(e).__name__}: {e}"[:500], "step": step}
+        except Exception as e:  # noqa: BLE001  (reported: the sweep records what the release cannot do)
+            found = MISSING.search(traceback.format_exc())
+            if found:
+                cause = e.__context__ if isinstance(e.__context__, ModuleNotFoundError) else e
+                return {"missing": found.group(1), "step": step, **_where(cause, name)}
+            return {"error": f"{type(e).__name__}: {e}"[:500], "step": step}
+        found = MISSING.search(json.dumps(result.to_dict() if hasattr(result, "to_dict") else result, default=str))
+        if found:
+            return {"missing": found.group(1), "step": step}
+    return {"ok": True}
+
+
+def main() -> int:
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr
+    try:
+        answer = probe(sys.argv[1] if len(sys.argv) > 1 else "sglang")
+    except ModuleNotFoundError as e:  # the adapter's own imports (e.g. the engine's package itself)
+        answer = {"missing": e.name, "step": "import"}
+    protocol.write(json.dumps(answer) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

