@@ -1,18 +1,21 @@
-"""The nightly run against the newest SGLang release (``tox -e nightly``, which installs it).
+"""The nightly run (``tox -e nightly``): every engine release on the package index that the compatibility table
+does not hold yet is judged, the table is updated, and the newest SGLang release's contract surface is compared with
+the pinned one's. No human step: each new release's environment is derived from its own metadata
+(``contracts.engines.recipes``), so a release whose requirements moved past the pinned environment's is judged in
+its own.
 
 Writes, to ``--out``:
-  matrix.md / matrix.json  every bundled trainer fixture × engine release × contract (pass / fail / warn /
-                           skip, failures marked root cause or consequence): the newest SGLang release
-                           (installed here), the pinned one, every other SGLang release with a recipe and every
-                           vLLM release with one, each in its own environment;
-  drift.md / drift.json    the newest release's EAGLE-3 contract surface (draft parameters, renames, config
-                           keys read, targets with aux capture) against the committed snapshot of the pinned
-                           release, fixtures/surface/sglang-<pinned>.json.
-Exit 1 when a contract fails on the newest release for a fixture where it holds on the pinned release (a
-newly failing contract), else 0. Drift alone is reported, not failed: a new release may move the surface
-without breaking a contract, and the matrix says whether it did.
+  matrix.md / matrix.json  the releases judged tonight (and the pinned one, for comparison): every bundled trainer
+                           draft × contract, in the table's form (``contracts.compatibility``);
+  newly_failing.json       every (release, draft, contract) that fails where the release before it held;
+  drift.md / drift.json    the newest release's EAGLE-3 contract surface (draft parameters, renames, config keys
+                           read, targets with aux capture) against the committed snapshot of the pinned release,
+                           fixtures/surface/sglang-<pinned>.json.
+and updates the table itself (``--data``, default fixtures/compatibility.json, rendered to docs/compatibility.md).
+Exit 1 when a contract newly fails. Drift alone is reported, not failed: a new release may move the surface without
+breaking a contract, and the table says whether it did.
 
-    python -m contracts.nightly [--out DIR] [--engines sglang==A,...]
+    python -m contracts.nightly [--out DIR] [--engines sglang==A,vllm==B,...] [-n N] [--only IDS]
     python -m contracts.nightly --write-snapshot     (refresh the pinned release's snapshot, after review)
 """
 
@@ -23,7 +26,8 @@ import json
 import sys
 from pathlib import Path
 
-from contracts.bundled import FIXTURES, bundled_subjects, documented_engines, expected_failures
+from contracts import compatibility
+from contracts.bundled import FIXTURES, documented_engines, expected_failures
 
 SURFACES = FIXTURES / "surface"
 
@@ -36,68 +40,105 @@ def pinned_spec() -> str:
     return documented_engines()[0]
 
 
-def engine_specs(newest: str, extra: list[str] | None) -> list[str]:
-    """Newest SGLang first, then the pinned release, then every other SGLang release with a recipe and every vLLM
-    release with one (or ``extra``: specs such as ``sglang==0.5.9`` or ``vllm==0.32.0``)."""
-    from contracts.engines.environments import measured_releases, release_order
+def newest_sglang() -> str | None:
+    """The newest SGLang release on the package index (offline: the one installed here)."""
+    from contracts.engines.inprocess import installed_sglang
+    from contracts.engines.recipes import ReleaseNotFound
 
-    if extra is None:
-        extra = [*(f"sglang=={v}" for v in sorted(measured_releases("sglang"), key=release_order, reverse=True)),
-                 *(f"vllm=={v}" for v in sorted(measured_releases("vllm"), key=release_order, reverse=True))]
+    try:
+        return compatibility.releases("sglang")[-1]
+    except ReleaseNotFound:
+        return installed_sglang()
+
+
+def new_releases(doc: dict, newest: str | None) -> list[str]:
+    """Every release since EAGLE-3 on the package index that the table does not hold (the newest first)."""
+    specs = [f"sglang=={v}" for v in compatibility.releases("sglang")] + \
+        [f"vllm=={v}" for v in compatibility.releases("vllm")]
+    if newest and f"sglang=={newest}" not in specs:
+        specs.append(f"sglang=={newest}")
+    return [s for s in specs if s not in doc["releases"]]
+
+
+def _previous(doc: dict, spec: str) -> str | None:
+    """The latest release of the same engine before ``spec`` that the table holds verdicts for."""
+    engine, version = spec.split("==")
+    older = [s for s, e in doc["releases"].items() if s.startswith(engine + "==") and e.get("cells")
+             and compatibility.release_order(s.split("==")[1]) < compatibility.release_order(version)]
+    return max(older, key=lambda s: compatibility.release_order(s.split("==")[1]), default=None)
+
+
+def newly_failing(doc: dict, specs: list[str]) -> list[dict]:
+    """(release, draft, contract) failing where the release before it held (for an engine's first release: where the
+    pinned release's documented verdict is not a failure)."""
     out = []
-    for spec in [f"sglang=={newest}", pinned_spec(), *extra]:
-        spec = spec if "==" in spec else f"sglang=={spec}"  # a bare version is an SGLang release
-        if spec not in out:
-            out.append(spec)
+    for spec in specs:
+        entry = doc["releases"].get(spec) or {}
+        before = _previous(doc, spec)
+        documented = expected_failures(spec)
+        pinned = documented if documented is not None else (expected_failures() or {})
+        for subject, cells in entry.get("cells", {}).items():
+            for contract, cell in cells.items():
+                if cell["status"] not in ("fail", "error"):
+                    continue
+                if before is not None:
+                    old = doc["releases"][before]["cells"].get(subject, {}).get(contract)
+                    if old is None or old["status"] in ("fail", "error"):
+                        continue
+                elif (subject, contract) in pinned:
+                    continue
+                out.append({"engine": spec, "subject": subject, "contract": contract, "before": before,
+                            "summary": cell.get("summary", "")[:300]})
     return out
 
 
-def newly_failing(doc: dict, newest: str) -> list[dict]:
-    """Cells that fail on the newest release where the pinned release's documented verdict is not a failure."""
-    pinned = expected_failures() or {}
-    return [c for c in doc["cells"] if c["engine"] == newest and c["status"] == "fail"
-            and (c["subject"], c["contract"]) not in pinned]
-
-
 def main(argv=None) -> int:
-    from contracts import matrix
     from contracts.engines import close_all, engine_for
-    from contracts.engines.inprocess import installed_sglang
     from contracts.engines.sglang.surface import drift, drift_markdown
 
     p = argparse.ArgumentParser(prog="python -m contracts.nightly", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="nightly", help="directory for matrix.* and drift.* (default ./nightly)")
-    p.add_argument("--engines", help="comma-separated releases besides the newest and the pinned one "
-                                     "(default: every release with a recipe)")
+    p.add_argument("--out", default="nightly", help="directory for matrix.*, newly_failing.json and drift.* "
+                                                     "(default ./nightly)")
+    p.add_argument("--engines", help="comma-separated releases to judge (default: every release the table lacks)")
+    p.add_argument("--data", default=str(compatibility.DATA), help="the table's data (default %(default)s)")
+    p.add_argument("-n", type=int, default=1, help="pytest-xdist workers for the sweep (one release each)")
+    p.add_argument("--only", help="comma-separated contract ids (default: all)")
     p.add_argument("--write-snapshot", action="store_true",
-                   help="write the installed release's surface to fixtures/surface/ and stop")
+                   help="write the newest release's surface to fixtures/surface/ and stop")
     args = p.parse_args(argv)
-    newest = installed_sglang()
+    newest = newest_sglang()
     if newest is None:
-        print("nightly: SGLang is not installed here (run `tox -e nightly`)", file=sys.stderr)
+        print("nightly: the package index lists no SGLang release and none is installed here", file=sys.stderr)
         return 2
     try:
         if args.write_snapshot:
             SURFACES.mkdir(parents=True, exist_ok=True)
-            surface = engine_for("sglang").surface()
+            surface = engine_for(f"sglang=={newest}").surface()
             snapshot_path(newest).write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
             print(f"wrote {snapshot_path(newest)}", file=sys.stderr)
             return 0
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        extra = [e.strip() for e in args.engines.split(",") if e.strip()] if args.engines else None
-        specs = engine_specs(newest, extra)
-        newest_spec = f"sglang=={newest}"
-        subjects = {spec: bundled_subjects(engine="sglang" if spec == newest_spec else spec) for spec in specs}
-        doc = matrix.run(subjects)
-        doc["newest"], doc["pinned"] = newest_spec, pinned_spec()
-        doc["newly_failing"] = newly_failing(doc, newest_spec)
-        (out / "matrix.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-        (out / "matrix.md").write_text(f"# Contract matrix: newest SGLang {newest}\n\n" + matrix.markdown(doc))
+        data = Path(args.data)
+        doc = compatibility.load(data)
+        specs = [e.strip() for e in args.engines.split(",") if e.strip()] if args.engines else new_releases(doc, newest)
+        only = [c.strip() for c in args.only.split(",")] if args.only else None
+        if specs:
+            doc = compatibility.update(doc, specs, args.n, only)
+            compatibility.save(doc, data)
+            if data.resolve() == compatibility.DATA.resolve():
+                compatibility.DOC.write_text(compatibility.render(doc))
+        judged = [s for s in specs if s in doc["releases"]]
+        tonight = {"releases": {s: doc["releases"][s] for s in [*judged, pinned_spec()] if s in doc["releases"]},
+                   "last_sweep": doc.get("last_sweep")}
+        failing = newly_failing(doc, judged)
+        (out / "matrix.json").write_text(json.dumps(tonight, indent=1, sort_keys=True) + "\n")
+        (out / "matrix.md").write_text(compatibility.render(tonight))
+        (out / "newly_failing.json").write_text(json.dumps(failing, indent=1) + "\n")
 
         pinned_version = pinned_spec().partition("==")[2]
         snapshot = json.loads(snapshot_path(pinned_version).read_text())
-        surface = engine_for("sglang").surface()
+        surface = engine_for(f"sglang=={newest}").surface()  # in its own environment unless it is the pinned one
         rows = drift(snapshot, surface)
         (out / "drift.json").write_text(json.dumps({"pinned": snapshot["engine"], "newest": surface["engine"],
                                                     "drift": rows}, indent=2) + "\n")
@@ -105,12 +146,11 @@ def main(argv=None) -> int:
                                       + drift_markdown(snapshot, surface, rows))
     finally:
         close_all()
-    print(matrix.markdown(doc))
-    print(f"drift against the {pinned_version} snapshot: {len(rows)} difference(s); wrote {out}/matrix.md, "
-          f"matrix.json, drift.md, drift.json")
-    if doc["newly_failing"]:
-        print("newly failing on the newest release: " + "; ".join(
-            f"{c['subject']} {c['contract']}: {c['summary'][:200]}" for c in doc["newly_failing"]), file=sys.stderr)
+    print(f"judged {len(judged)} release(s) new to the table; drift against the {pinned_version} snapshot: "
+          f"{len(rows)} difference(s); wrote {out}/matrix.md, matrix.json, newly_failing.json, drift.md, drift.json")
+    if failing:
+        print("newly failing: " + "; ".join(f"{c['engine']} {c['subject']} {c['contract']}: {c['summary'][:200]}"
+                                            for c in failing), file=sys.stderr)
         return 1
     return 0
 

@@ -28,6 +28,9 @@ def pytest_addoption(parser):
                     help="speculators, specforge or modelopt: the trainer of the --checkpoint at the same position")
     group.addoption("--contracts-only", default=None, metavar="IDS",
                     help="comma-separated contract ids to run (default: all)")
+    group.addoption("--contracts-results", default=None, metavar="FILE",
+                    help="write every contract item's result (subject, engine, status, summary) to FILE as JSON; "
+                         "under pytest-xdist the controller gathers them (contracts.compatibility reads it)")
     group.addoption("--engine", action="append", default=[], metavar="SPEC", dest="contracts_engine",
                     help="engine under test: sglang (installed here), sglang==X, vllm or vllm==X (each in its own "
                          "cached environment); "
@@ -46,6 +49,7 @@ def _named(name: str, engine: str) -> str:
 
 
 def pytest_configure(config):
+    _CONFIG["config"] = config
     config.addinivalue_line("markers", "contracts: a registered contract judged on one subject (checkpoint + target)")
     checkpoints, targets = config.getoption("checkpoint"), config.getoption("target")
     if len(targets) > len(checkpoints):
@@ -95,8 +99,11 @@ class ContractItem(pytest.Item):
         self.add_marker("contracts")
 
     def runtest(self):
+        from contracts.engines import canonical
         from contracts.registry import select
 
+        self.user_properties += [("subject", self.subject.name.split("@")[0]), ("engine", canonical(self.subject.engine)),
+                                 ("contract", self.contract_id)]
         (contract,) = select([self.contract_id])
         only = self.config.getoption("contracts_only")
         result = self.subject.result(self.contract_id, [c.strip() for c in only.split(",")] if only else None)
@@ -144,6 +151,8 @@ class ContractsCollector(pytest.Collector):
             for contract in select(ids):
                 item = ContractItem.from_parent(self, name=f"{contract.id}[{subject.name}]",
                                                 contract_id=contract.id, subject=subject)
+                # `-n N --dist loadgroup` gives each engine release one worker (one environment, one engine start)
+                item.add_marker(pytest.mark.xdist_group(subject.engine))
                 why = expected.get((subject.name, contract.id))
                 if why:
                     item.add_marker(pytest.mark.xfail(reason=why, strict=True, raises=ContractFailed))
@@ -157,6 +166,40 @@ def pytest_collection_modifyitems(session, config, items):
         return
     collector = ContractsCollector.from_parent(session, name="contracts", nodeid="contracts")
     items.extend(collector.collect())
+
+
+_RESULTS_KEY = pytest.StashKey[list]()
+_CONFIG: dict = {}  # this process's config, for the report hook (which is handed reports only)
+
+
+def pytest_runtest_logreport(report):
+    """Gather each contract item's result (on the xdist controller too: user properties travel with reports)."""
+    props = dict(report.user_properties)
+    config = _CONFIG.get("config")
+    if config is None or not config.getoption("contracts_results") or "contract" not in props:
+        return
+    if report.when == "call" or (report.when == "setup" and report.failed):
+        record = {"subject": props["subject"], "engine": props["engine"], "contract": props["contract"]}
+        if "result" in props:
+            result = props["result"]
+            record.update(status=result["status"], summary=result["summary"],
+                          root_cause=result.get("root_cause"), follows_from=result.get("follows_from"))
+        else:  # the engine could not be started or made: the reason, in one line (the exception's own message)
+            crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+            message = getattr(crash, "message", None) or (str(report.longrepr).strip().splitlines() or ["?"])[-1]
+            record.update(status="error", summary=message[:500])
+        config.stash.setdefault(_RESULTS_KEY, []).append(record)
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    path = config.getoption("contracts_results", None)
+    if path and not hasattr(config, "workerinput"):  # the controller (or a run without xdist) writes the file
+        import json
+
+        records = sorted(config.stash.get(_RESULTS_KEY, []), key=lambda r: (r["engine"], r["subject"], r["contract"]))
+        with open(path, "w") as f:
+            json.dump(records, f, indent=1)
 
 
 def pytest_unconfigure(config):

@@ -53,35 +53,40 @@ def test_drift_names_each_kind_of_change(snapshot):
         snapshot, newer, rows)
 
 
-def test_a_contract_failing_where_the_pinned_release_passes_is_newly_failing():
-    doc = {"cells": [
-        {"engine": "sglang==9.9.9", "subject": "speculators-kimi-k25", "contract": "key-naming", "status": "fail",
-         "summary": "dropped"},
-        {"engine": "sglang==9.9.9", "subject": "speculators-default", "contract": "hidden-width", "status": "fail",
-         "summary": "documented on the pinned release"},
-        {"engine": "sglang==0.5.9", "subject": "speculators-kimi-k25", "contract": "key-naming", "status": "fail",
-         "summary": "an old release"},
-    ]}
-    assert [(c["subject"], c["contract"]) for c in nightly.newly_failing(doc, "sglang==9.9.9")] == [
-        ("speculators-kimi-k25", "key-naming")]
+def test_a_contract_failing_where_the_release_before_held_is_newly_failing():
+    cell = lambda status: {"status": status, "summary": status}  # noqa: E731
+    doc = {"releases": {
+        "sglang==0.5.22": {"cells": {"speculators-kimi-k25": {"key-naming": cell("pass"), "hidden-width": cell("fail")}}},
+        "sglang==9.9.9": {"cells": {"speculators-kimi-k25": {"key-naming": cell("fail"), "hidden-width": cell("fail")}}},
+        "vllm==9.9.9": {"cells": {"speculators-default": {"hidden-width": cell("fail"), "config": cell("fail")}}},
+    }}
+    found = [(c["engine"], c["subject"], c["contract"], c["before"]) for c in nightly.newly_failing(
+        doc, ["sglang==9.9.9", "vllm==9.9.9"])]
+    # sglang: against 0.5.22 (hidden-width already failed there); vllm's first row: against the pinned release's
+    # documented verdicts (hidden-width is documented there for speculators-default, config is not)
+    assert found == [("sglang==9.9.9", "speculators-kimi-k25", "key-naming", "sglang==0.5.22"),
+                     ("vllm==9.9.9", "speculators-default", "config", None)]
 
 
-def test_nightly_writes_the_matrix_and_the_drift_report(tmp_path, capsys):
-    code = nightly.main(["--out", str(tmp_path), "--engines", OLD_ENGINE])
+def test_nightly_judges_the_releases_it_is_given_and_writes_its_report(tmp_path, capsys):
+    data = tmp_path / "compatibility.json"
+    code = nightly.main(["--out", str(tmp_path / "out"), "--engines", OLD_ENGINE, "--data", str(data),
+                         "--only", "key-naming,hidden-width"])
     assert code == 0, capsys.readouterr().err
-    doc = json.loads((tmp_path / "matrix.json").read_text())
-    assert doc["engines"] == ["sglang==0.5.23", "sglang==0.5.9"]
-    assert doc["newly_failing"] == []
-    assert doc["deployable"]["speculators-kimi-k25"] == {"sglang==0.5.23": True, "sglang==0.5.9": False}
-    table = (tmp_path / "matrix.md").read_text()
-    assert "| speculators-kimi-k25 | sglang 0.5.9 | converted | FAIL (root cause) |" in table
-    assert json.loads((tmp_path / "drift.json").read_text())["drift"] == []
-    assert "No drift" in (tmp_path / "drift.md").read_text()
+    doc = json.loads(data.read_text())
+    cells = doc["releases"][OLD_ENGINE]["cells"]
+    assert cells["speculators-kimi-k25"]["key-naming"]["status"] == "fail"  # the replayed Kimi-K2.5 failure
+    assert cells["specforge"]["key-naming"]["status"] == "pass"
+    assert json.loads((tmp_path / "out" / "newly_failing.json").read_text()) == []  # all documented on 0.5.9
+    assert "| SGLang 0.5.9 |" in (tmp_path / "out" / "matrix.md").read_text()
+    assert json.loads((tmp_path / "out" / "drift.json").read_text())["drift"] == []
+    assert "No drift" in (tmp_path / "out" / "drift.md").read_text()
 
 
-def test_the_nightly_matrix_covers_both_engines_by_default():
-    specs = nightly.engine_specs("0.5.24", None)
-    assert specs[:2] == ["sglang==0.5.24", "sglang==0.5.23"]
-    assert "sglang==0.5.3" in specs and "vllm==0.32.0" in specs
-    assert nightly.engine_specs("0.5.23", ["0.5.9", "vllm==0.32.0"]) == ["sglang==0.5.23", "sglang==0.5.9",
-                                                                       "vllm==0.32.0"]
+def test_the_releases_new_to_the_table_are_every_release_since_eagle3_it_lacks():
+    from contracts import compatibility
+
+    have = {f"sglang=={v}": {} for v in compatibility.releases("sglang") if v != "0.5.23"}
+    new = nightly.new_releases({"releases": have}, "0.5.23")
+    assert "sglang==0.5.23" in new and "vllm==0.32.0" in new and "sglang==0.5.9" not in new
+    assert "sglang==0.4.4" in have and all(not s.startswith("sglang==0.4.3") for s in new)

