@@ -77,7 +77,7 @@ def test_a_release_no_recipe_was_ever_written_for_is_judged(capsys):
 
     from contracts.cli import main
 
-    code = main(["check", str(DRAFTS / "specforge"), "--target", str(TARGET), "--engine", "sglang==0.5.6",
+    code = main(["check", str(DRAFTS["specforge"]), "--target", str(TARGET), "--engine", "sglang==0.5.6",
                  "--only", "key-naming,hidden-width", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, doc

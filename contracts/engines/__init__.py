@@ -90,6 +90,17 @@ def engine_for(spec: str = "sglang") -> Engine:
     return _engines[key]
 
 
+def close_others(spec: str) -> None:
+    """Stop the workers of every engine but ``spec``: a run over many releases (the compatibility sweep: items
+    grouped by release) holds one release's worker at a time, not one per release it has passed (each about
+    0.4 GB)."""
+    keep = canonical(spec)
+    for key, engine in _engines.items():
+        close = getattr(engine, "close", None)
+        if key != keep and close is not None:
+            close()  # (a later call starts it again: close_all still reaches it)
+
+
 def close_all() -> None:
     """Stop every engine worker this process started."""
     for engine in _engines.values():

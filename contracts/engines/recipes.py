@@ -77,10 +77,11 @@ class Recipe:
     lines: list[str]
     notes: list[str] = field(default_factory=list)
     declared: dict[str, str] = field(default_factory=dict)  # canonical name -> the release's requirement string
+    installed_by_builder: str = "the engine itself"  # (in the recipe's head line; a trainer recipe: "the trainer")
 
     def text(self) -> str:
         head = [f"# {self.engine}=={self.version}: derived from the release's own metadata "
-                f"(contracts.engines.recipes); the engine itself is installed by the environment builder"]
+                f"(contracts.engines.recipes); {self.installed_by_builder} is installed by the environment builder"]
         return "\n".join(head + [f"# {n}" for n in self.notes] + self.lines) + "\n"
 
     def add(self, requirement: str, note: str) -> None:
