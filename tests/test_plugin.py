@@ -44,3 +44,16 @@ def test_contracts_only_and_deselection(tmp_path):
     assert "1 passed" in proc.stdout
     proc = run_pytest(tmp_path, "-m", "not contracts", "--checkpoint", DRAFTS["specforge"])
     assert proc.returncode == 5  # everything deselected: no tests ran
+
+
+def test_one_engine_release_is_judged_by_one_xdist_worker(tmp_path):
+    """`-n N --dist loadgroup` must keep each engine release on one worker (one environment, one engine start): the
+    sweep depends on it. pytest 9.2 broke it silently (pytest-xdist 3.8 still sets item._nodeid), hence the pin."""
+    proc = run_pytest(tmp_path, "-m", "contracts", "--checkpoint", DRAFTS["specforge"], "--target", TARGET,
+                      "--checkpoint", DRAFTS["speculators-kimi-k25"], "--contracts-only", "key-naming,tensor-shapes",
+                      "-n", "2", "--dist", "loadgroup", "-v")
+    ran = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("[gw") and "contracts::" in line]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(ran) == 4 and len(set(ran)) == 1, proc.stdout
+    assert all(line.rstrip().endswith("@sglang") for line in proc.stdout.splitlines()
+               if line.startswith("[gw") and "contracts::" in line), proc.stdout
