@@ -5,6 +5,8 @@
     eagle3-contracts check --examples [--engine sglang==X]   (every bundled trainer-built draft)
     eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,sglang==B [--format text|json|markdown]
     eagle3-contracts convert --to sglang SRC DST
+    eagle3-contracts build-tiny --trainer speculators|specforge|modelopt --out DIR [--target DIR]
+                                (a tiny draft built by the trainer release installed here; `check DIR` judges it)
 
 Exit codes: 0 every contract holds (warnings allowed unless --strict; for matrix: at least one engine serves
 the draft as trained), 1 a contract fails (matrix: no engine serves it), 2 the input or the invocation is
@@ -59,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--only", help="comma-separated contract ids")
     m.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     m.add_argument("--output", help="write the matrix to FILE instead of stdout")
+    b = sub.add_parser("build-tiny", help="build a tiny draft with the trainer release installed here (then: check DIR)")
+    b.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"), required=True)
+    b.add_argument("--out", required=True, help="output directory (new, empty, or an earlier build-tiny output)")
+    b.add_argument("--target", help="a small target model directory with weights (default: the bundled tiny Llama, "
+                                    "made by transformers into DIR/target)")
+    b.add_argument("--no-reference", action="store_true",
+                   help="skip the trainer's reference forward (forward-parity is then not judged)")
     v = sub.add_parser("convert", help="write the config SGLang reads for a speculators checkpoint")
     v.add_argument("--to", choices=("sglang",), required=True)
     v.add_argument("src")
@@ -123,7 +132,13 @@ def _run_check(args) -> int:
     else:
         if not args.checkpoint:
             raise UsageError("check: give a CHECKPOINT directory (or --examples)")
-        subjects = [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer, engine=args.engine)]
+        from contracts.builds import read_record, subject_for
+
+        if Path(args.checkpoint).is_dir() and read_record(args.checkpoint) is not None:  # a build-tiny output
+            subjects = [subject_for(args.checkpoint, args.engine, name=args.checkpoint, target=args.target)]
+        else:
+            subjects = [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer,
+                                engine=args.engine)]
     _guard_output(args.output, [s.checkpoint_path for s in subjects]
                   + [s.target_path for s in subjects if s.target_path])
     for s in subjects:  # validate every input before any engine work
@@ -207,6 +222,23 @@ def _run_convert(args) -> int:
     return 0
 
 
+def _run_build_tiny(args) -> int:
+    from contracts.trainers.common import TrainerAPIChanged
+    from contracts.trainers.tiny import BuildRefused, build_tiny
+
+    if args.target and not (Path(args.target) / "config.json").is_file():
+        raise InputError(f"{args.target}: no config.json (a target model directory)")
+    try:
+        record = build_tiny(args.trainer, Path(args.out), Path(args.target) if args.target else None,
+                            reference=not args.no_reference)
+    except (BuildRefused, TrainerAPIChanged) as e:
+        raise UsageError(f"build-tiny: {e}") from None
+    print(f"built a tiny {record['trainer']} {record['trainer_version']} draft in {args.out}/draft (target "
+          f"{record['target']}, reference {record['reference'] or 'none'}); judge it: eagle3-contracts check "
+          f"{args.out} --engine ...", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     from contracts.engines import close_all
     from contracts.engines.environments import EnvironmentBuildError
@@ -214,7 +246,8 @@ def main(argv=None) -> int:
 
     try:
         args = _parser().parse_args(argv)
-        return {"check": _run_check, "matrix": _run_matrix, "convert": _run_convert}[args.command](args)
+        return {"check": _run_check, "matrix": _run_matrix, "convert": _run_convert,
+                "build-tiny": _run_build_tiny}[args.command](args)
     except (InputError, UsageError, EnvironmentBuildError, WorkerError) as e:
         print(f"eagle3-contracts: error: {e}", file=sys.stderr)
         return 2

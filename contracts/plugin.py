@@ -1,8 +1,10 @@
 """pytest plugin: ``pytest -m contracts [--checkpoint DIR --target DIR]...`` runs every registered contract
 over every subject, one test item per (contract, subject), ids like ``key-naming[specforge]``.
 
-Subjects: each ``--checkpoint`` (paired in order with ``--target``), else the bundled fixtures when the
-run asks for them (this repository's conftest does), once per ``--engine`` (default: the SGLang installed
+Subjects: each ``--checkpoint`` (paired in order with ``--target``; a ``build-tiny`` output is judged with its
+record's target, trainer and reference), each ``--build-with TRAINER`` (a tiny draft built first, once, by the
+release of that trainer installed here: the pre-merge check of a training repository), else the bundled fixtures
+when the run asks for them (this repository's conftest does), once per ``--engine`` (default: the SGLang installed
 here; ``sglang==X``, ``vllm`` or ``vllm==X`` run the engine side in that release's cached environment and
 the ids gain ``@sglang==X`` / ``@vllm==X``). Engine observations are gathered once per subject per process and shared by its contracts,
 so the suite is safe and cheap under pytest-xdist.
@@ -26,6 +28,12 @@ def pytest_addoption(parser):
                     help="target model directory for the --checkpoint at the same position (repeatable)")
     group.addoption("--trainer", action="append", default=[], metavar="NAME",
                     help="speculators, specforge or modelopt: the trainer of the --checkpoint at the same position")
+    group.addoption("--build-with", action="append", default=[], metavar="TRAINER", dest="contracts_build_with",
+                    help="speculators, specforge or modelopt: build a tiny draft with the release installed here "
+                         "(build-tiny) and judge it; the contracts its bundled twin is documented to fail are "
+                         "xfail(strict), so only a change in verdicts fails the run (repeatable)")
+    group.addoption("--build-dir", default=None, metavar="DIR", dest="contracts_build_dir",
+                    help="where --build-with builds (kept: DIR/TRAINER); default a temporary directory, removed")
     group.addoption("--contracts-only", default=None, metavar="IDS",
                     help="comma-separated contract ids to run (default: all)")
     group.addoption("--contracts-results", default=None, metavar="FILE",
@@ -62,22 +70,90 @@ def pytest_configure(config):
             parse_spec(spec)
         except EngineSpecError as e:
             raise pytest.UsageError(str(e)) from None
-    subjects = []
+    from contracts.builds import read_record, subject_for, twin_expectations
+    from contracts.checkpoint import InputError
+
+    subjects, expected = [], {}
+    builds = _builds(config)
     for engine in engines(config):
         for i, ckpt in enumerate(checkpoints):
             base = ckpt.rstrip("/").split("/")[-1]
+            name = _named(f"{i}-{base}" if len(checkpoints) > 1 else base, engine)
+            target = targets[i] if i < len(targets) else None
+            try:
+                record = read_record(ckpt)
+            except InputError as e:
+                raise pytest.UsageError(str(e)) from None
+            if record is not None:  # a build-tiny output: its record's facts, its twin's documented verdicts
+                subjects.append(subject_for(ckpt, engine, name=name, target=target))
+                expected.update({(name, c): why for c, why in (twin_expectations(record, engine) or {}).items()})
+                continue
             trainers = config.getoption("trainer")
-            subjects.append(Subject(_named(f"{i}-{base}" if len(checkpoints) > 1 else base, engine), ckpt,
-                                    targets[i] if i < len(targets) else None,
-                                    trainer=trainers[i] if i < len(trainers) else None, engine=engine))
+            subjects.append(Subject(name, ckpt, target, trainer=trainers[i] if i < len(trainers) else None,
+                                    engine=engine))
+        for trainer, built in builds.items():
+            if "directory" in built:
+                name = _named(f"build-{trainer}", engine)
+                subjects.append(subject_for(built["directory"], engine, name=name))
+                record = read_record(built["directory"])
+                expected.update({(name, c): why for c, why in (twin_expectations(record, engine) or {}).items()})
     config.stash.setdefault(_SUBJECTS_KEY, [])[:0] = subjects
+    config.stash.setdefault(_EXPECTED_KEY, {}).update(expected)
+
+
+_BUILDS_KEY = pytest.StashKey[dict]()
+
+
+def _builds(config) -> dict:
+    """trainer -> {"directory": the build-tiny output} or {"error": the one line it failed with}, for each
+    ``--build-with``: built once, by the xdist controller (or the only process), before any worker starts; the
+    workers are handed the directories (``pytest_configure_node``)."""
+    trainers = config.getoption("contracts_build_with")
+    if not trainers:
+        return {}
+    if _BUILDS_KEY in config.stash:
+        return config.stash[_BUILDS_KEY]
+    if hasattr(config, "workerinput"):
+        return config.workerinput.get("eagle3_contracts_builds", {})
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from contracts.trainers.common import TrainerAPIChanged
+    from contracts.trainers.tiny import TRAINERS, BuildRefused, build_tiny
+
+    unknown = [t for t in trainers if t not in TRAINERS]
+    if unknown:
+        raise pytest.UsageError(f"--build-with {unknown[0]}: not a trainer (one of {', '.join(TRAINERS)})")
+    root = config.getoption("contracts_build_dir")
+    if root is None:
+        root = tempfile.mkdtemp(prefix="eagle3-contracts-builds-")
+        config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+    builds = {}
+    for trainer in dict.fromkeys(trainers):
+        out = Path(root) / trainer
+        try:
+            record = build_tiny(trainer, out)
+            builds[trainer] = {"directory": str(out), "trainer_version": record["trainer_version"]}
+        except (BuildRefused, TrainerAPIChanged) as e:
+            builds[trainer] = {"error": f"build-tiny: {e}"}
+    config.stash[_BUILDS_KEY] = builds
+    return builds
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(pytest-xdist) hand each worker the controller's builds, so a draft is built once per run."""
+    builds = node.config.stash.get(_BUILDS_KEY, None)
+    if builds is not None:
+        node.workerinput["eagle3_contracts_builds"] = builds
 
 
 def add_subjects(config, subjects, expected_failures: dict | None = None) -> None:
-    """Add ``Subject``s unless the user named checkpoints on the command line. ``expected_failures`` maps
+    """Add ``Subject``s unless the user named checkpoints (or builds) on the command line. ``expected_failures`` maps
     (subject name, contract id) to the reason a contract is known to fail there (on the subjects' engine):
     those items are marked xfail(strict=True), so both a fix and a new break are noticed."""
-    if not config.getoption("checkpoint"):
+    if not config.getoption("checkpoint") and not config.getoption("contracts_build_with"):
         expected = {}
         for s in subjects:
             name = _named(s.name, s.engine)
@@ -142,10 +218,39 @@ class ContractItem(pytest.Item):
         return str(self.subject.checkpoint_path), None, f"{self.contract_id}[{self.subject.name}]"
 
 
+class BuildFailed(Exception):
+    pass
+
+
+class BuildItem(pytest.Item):
+    """``build[TRAINER]``: the ``--build-with`` build itself, one item (in JUnit too): it fails with build-tiny's one
+    line when the installed trainer's API moved so that a builder step cannot run, the news a pre-merge check is for."""
+
+    def __init__(self, *, trainer: str, built: dict, **kwargs):
+        super().__init__(**kwargs)
+        self.trainer, self.built = trainer, built
+        self.add_marker("contracts")
+
+    def runtest(self):
+        self.user_properties += [("trainer", self.trainer)] + [(k, v) for k, v in self.built.items()]
+        if "error" in self.built:
+            raise BuildFailed(self.built["error"])
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, BuildFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.built.get("directory", "build-tiny"), None, f"build[{self.trainer}]"
+
+
 class ContractsCollector(pytest.Collector):
     def collect(self):
         from contracts.registry import select
 
+        for trainer, built in _builds(self.config).items():
+            yield BuildItem.from_parent(self, name=f"build[{trainer}]", trainer=trainer, built=built)
         only = self.config.getoption("contracts_only")
         ids = [c.strip() for c in only.split(",")] if only else None
         expected = self.config.stash.get(_EXPECTED_KEY, {})
@@ -164,7 +269,7 @@ class ContractsCollector(pytest.Collector):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     """Append the contract items before marker/keyword selection (``-m contracts``) runs."""
-    if not config.stash.get(_SUBJECTS_KEY, None):
+    if not config.stash.get(_SUBJECTS_KEY, None) and not config.getoption("contracts_build_with"):
         return
     collector = ContractsCollector.from_parent(session, name="contracts", nodeid="contracts")
     items.extend(collector.collect())

@@ -42,6 +42,9 @@ class Subject:
     trainer_aux_ids: list[int] | None = None  # the aux layer ids it trained on, in the trainer's convention
     reference_path: Path | None = None  # the trainer's own reference forward (inputs + step-0 logits), if any
     engine: str = "sglang"  # the engine under test: "sglang" (installed here), "sglang==X", "vllm" or "vllm==X"
+    # the transformers hidden_states indices the trainer trained on, when its build recorded them (build-tiny: read
+    # off the installed release's own capture, which for some releases differs from the trainer's convention)
+    trainer_hidden_states: list[int] | None = None
 
     def __post_init__(self):
         self.checkpoint_path = Path(self.checkpoint_path)
@@ -158,6 +161,9 @@ class Subject:
             ids, source = list(self.trainer_aux_ids), "the trainer's record"
         else:
             ids, source = trainer_layer_ids(trainer, self.checkpoint.config, int(n))
+        if self.trainer_hidden_states is not None:
+            return {"name": trainer, "ids": ids, "ids_from": source, "hf_hidden_states": list(self.trainer_hidden_states),
+                    "hf_hidden_states_from": "the build record (the installed release's own capture)"}
         return {"name": trainer, "ids": ids, "ids_from": source, "hf_hidden_states": hf_indices(trainer, ids)}
 
     @cached_property

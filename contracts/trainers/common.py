@@ -50,28 +50,70 @@ class TinyTarget:
     name: str
     directory: Path
     geometry: dict
+    stored_as: str | None = None  # how draft configs name it (default: repo-relative, for the fixtures)
 
     @property
     def path(self) -> str:
-        """Repo-relative, as it is written into draft configs (no path of the building machine is stored)."""
-        return os.path.relpath(self.directory, REPO_ROOT)
+        """Repo-relative, as it is written into draft configs (no path of the building machine is stored); a
+        target outside the fixtures (``build-tiny``) by the path it was given."""
+        return self.stored_as if self.stored_as is not None else os.path.relpath(self.directory, REPO_ROOT)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.geometry["vocab_size"])
+
+    @classmethod
+    def from_directory(cls, directory: Path, name: str = "target") -> "TinyTarget":
+        """A user's own (small) target: its geometry is its config.json's."""
+        config = json.loads((Path(directory) / "config.json").read_text())
+        text = config.get("text_config") or config
+        keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size", "max_position_embeddings", "rope_theta", "rms_norm_eps",
+                "tie_word_embeddings", "head_dim")
+        geometry = {k: text[k] for k in keys if text.get(k) is not None}
+        return cls(name, Path(directory).resolve(), geometry, stored_as=str(Path(directory).resolve()))
 
 
 LLAMA_TINY = TinyTarget("target-llama-tiny", TARGET_DIR, TARGET_GEOMETRY)
 LLAMA_TINY_HD32 = TinyTarget("target-llama-tiny-hd32", TARGET_HD32_DIR, TARGET_HD32_GEOMETRY)
 
 
-def token_frequencies() -> dict[int, int]:
+class TrainerAPIChanged(RuntimeError):
+    """A builder step cannot run on the installed trainer release; the message names the function or argument
+    (``build-tiny`` says it in one line, exit 2: the news a pre-merge check exists for)."""
+
+
+def require_parameters(function, label: str, *names: str) -> None:
+    """The installed trainer's ``function`` takes every parameter in ``names`` (else ``TrainerAPIChanged``)."""
+    import inspect
+
+    params = inspect.signature(function).parameters
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise TrainerAPIChanged(f"{label} takes no {', '.join(missing)} (its parameters: {', '.join(params)})")
+
+
+def token_frequencies(vocab_size: int = TARGET_VOCAB) -> dict[int, int]:
     """The one fixed token-frequency table every trainer's mapping function is fed.
 
     Made so that the traps of `d2t` are present: ids 0..19 are among the most frequent (so a correct
     `d2t` starts with twenty zero offsets), some counts tie, and many ids never occur (zeros). Written once to fixtures/vocab/token_freq.json and read from there after.
+    A target of another vocabulary size (``build-tiny --target``) gets the same construction over its ids, in memory.
     """
+    if vocab_size != TARGET_VOCAB:
+        return _synthesized_frequencies(vocab_size)
     if TOKEN_FREQ.exists():
         return {int(k): v for k, v in json.loads(TOKEN_FREQ.read_text()).items()}
+    counts = _synthesized_frequencies(TARGET_VOCAB)
+    TOKEN_FREQ.parent.mkdir(parents=True, exist_ok=True)
+    TOKEN_FREQ.write_text(json.dumps({str(k): v for k, v in sorted(counts.items())}, indent=0) + "\n")
+    return counts
+
+
+def _synthesized_frequencies(vocab_size: int) -> dict[int, int]:
     rng = random.Random(SEED)
     counts = {}
-    for tid in range(TARGET_VOCAB):
+    for tid in range(vocab_size):
         if tid < 20:
             counts[tid] = 10_000 - 7 * tid
         elif rng.random() < 0.4:
@@ -79,9 +121,8 @@ def token_frequencies() -> dict[int, int]:
         else:
             counts[tid] = int(rng.paretovariate(1.2) * 50)
     for tid in (101, 202, 303, 404):  # a four-way tie (at draft vocab 64 all four are selected; the
-        counts[tid] = 900             # property tests of issue 3 put ties across the cut)
-    TOKEN_FREQ.parent.mkdir(parents=True, exist_ok=True)
-    TOKEN_FREQ.write_text(json.dumps({str(k): v for k, v in sorted(counts.items())}, indent=0) + "\n")
+        if tid < vocab_size:          # property tests of issue 3 put ties across the cut)
+            counts[tid] = 900
     return counts
 
 
@@ -91,6 +132,12 @@ def sha256_files(directory: Path) -> dict[str, str]:
         if p.is_file():
             out[str(p.relative_to(directory))] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+def repo_relative(path: Path) -> str:
+    """A fixture's path relative to the repository; anything else (a ``build-tiny`` output) as it is."""
+    path = Path(path).resolve()
+    return os.path.relpath(path, REPO_ROOT) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def record_fixture(name: str, directory: Path, *, trainer: str, trainer_version: str, command: str,
@@ -128,10 +175,22 @@ REFERENCE_ALIGNMENT = (
 )
 
 
-def reference_prompt() -> list[int]:
+def reference_prompt(vocab_size: int = TARGET_VOCAB) -> list[int]:
     """T + 1 fixed ids in the target vocab, from the common seed (stdlib only, so identical in every env)."""
     rng = random.Random(SEED)
-    return [rng.randrange(TARGET_VOCAB) for _ in range(REFERENCE_TOKENS + 1)]
+    return [rng.randrange(vocab_size) for _ in range(REFERENCE_TOKENS + 1)]
+
+
+def float32_argument() -> dict:
+    """``from_pretrained``'s float32 keyword in the installed transformers: ``dtype`` since 4.56, ``torch_dtype``
+    before (4.54, which SpecForge 0.1.0 pins, takes ``dtype=`` into the config and fails saving it)."""
+    import inspect
+
+    import torch
+    import transformers
+
+    params = inspect.signature(transformers.PretrainedConfig.__init__).parameters
+    return {"dtype" if "dtype" in params else "torch_dtype": torch.float32}
 
 
 def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarget = LLAMA_TINY) -> tuple[dict, dict]:
@@ -145,9 +204,9 @@ def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarg
     import transformers
     from transformers import AutoModelForCausalLM
 
-    prompt = torch.tensor(reference_prompt(), dtype=torch.long)
+    prompt = torch.tensor(reference_prompt(target.vocab_size), dtype=torch.long)
     path = target.path
-    target = AutoModelForCausalLM.from_pretrained(str(target.directory), dtype=torch.float32,
+    target = AutoModelForCausalLM.from_pretrained(str(target.directory), **float32_argument(),
                                                   attn_implementation="sdpa").eval()
     with torch.no_grad():
         out = target(prompt[None], output_hidden_states=True)
@@ -169,9 +228,9 @@ def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarg
     return tensors, metadata
 
 
-def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str]) -> dict:
-    """Write fixtures/references/<name>.safetensors (the reference inputs and the trainer's step-0 logits)
-    and return the manifest's "reference" field.
+def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str], path: Path | None = None) -> dict:
+    """Write fixtures/references/<name>.safetensors, or ``path`` (the reference inputs and the trainer's step-0
+    logits) and return the manifest's "reference" field.
 
     safetensors writes its `__metadata__` map in a per-process random order; the header is rewritten
     with the keys sorted (same length, same tensors) so a rebuild is byte-identical."""
@@ -189,11 +248,11 @@ def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str]) -
     if len(canon) != len(bytes(data[8:8 + n]).rstrip(b" ")):
         raise RuntimeError("could not canonicalise the safetensors header")
     data[8:8 + n] = canon.encode().ljust(n, b" ")
-    REFERENCES.mkdir(parents=True, exist_ok=True)
-    path = REFERENCES / f"{name}.safetensors"
+    path = Path(path) if path is not None else REFERENCES / f"{name}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(bytes(data))
     return {
-        "path": os.path.relpath(path, REPO_ROOT),
+        "path": repo_relative(path),
         "sha256": hashlib.sha256(bytes(data)).hexdigest(),
         "tensors": {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
                     for k, v in sorted(tensors.items())},

@@ -41,6 +41,7 @@ from contracts.trainers.common import (
     REPO_ROOT,
     SEED,
     TinyTarget,
+    TrainerAPIChanged,
     record_fixture,
     reference_prompt,
     target_reference_inputs,
@@ -81,8 +82,11 @@ class CalibrationTokenizer:
     "conversations" are the common token-frequency table itself, each id `count` times (ascending ids), which is
     what Model Optimizer's `get_conversation_input_ids` hands `calibrate_frequent_vocab` to count."""
 
+    def __init__(self, vocab_size: int = 512):
+        self.vocab_size = vocab_size
+
     def apply_chat_template(self, conversations, **kwargs):
-        return [tid for tid, count in sorted(token_frequencies().items()) for _ in range(count)]
+        return [tid for tid, count in sorted(token_frequencies(self.vocab_size).items()) for _ in range(count)]
 
 
 def _convert(target: TinyTarget, explicit_ids: list[int] | None, draft_vocab: int | None):
@@ -93,18 +97,29 @@ def _convert(target: TinyTarget, explicit_ids: list[int] | None, draft_vocab: in
     import modelopt.torch.speculative as mtsp
     from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
 
+    from modelopt.torch.speculative.config import EagleConfig
+
     torch.manual_seed(SEED)
-    model = transformers.AutoModelForCausalLM.from_pretrained(target.path, dtype=torch.float32)
     cfg = copy.deepcopy(EAGLE3_DEFAULT_CFG["config"])
+    if "eagle_architecture_config" not in cfg:  # 0.29-0.33: EAGLE-3 is Megatron's only, the HF module is EAGLE-1's
+        raise TrainerAPIChanged("modelopt.torch.speculative.config.EAGLE3_DEFAULT_CFG has no "
+                                "eagle_architecture_config: this release has no Hugging Face EAGLE-3 module")
+    model = transformers.AutoModelForCausalLM.from_pretrained(target.path, dtype=torch.float32)
     arch = cfg["eagle_architecture_config"]
     g = model.config
     arch.update(intermediate_size=g.intermediate_size, num_attention_heads=g.num_attention_heads,
                 num_key_value_heads=g.num_key_value_heads, head_dim=g.head_dim)
+    for key in ("hidden_size", "vocab_size", "max_position_embeddings"):  # templates that carry Llama-8B's (0.39-0.40)
+        if key in arch:
+            arch[key] = getattr(g, key)
+    if "draft_vocab_size" in arch and draft_vocab is None:
+        arch["draft_vocab_size"] = g.vocab_size
     if explicit_ids is not None:
         arch["eagle_aux_hidden_state_layer_ids"] = list(explicit_ids)
     if draft_vocab is not None:
         arch["draft_vocab_size"] = draft_vocab
-    cfg["eagle_use_torch_compile"] = False  # on a CPU one step would otherwise autotune for minutes
+    if "eagle_use_torch_compile" in EagleConfig.model_fields:  # the config forbids keys it does not know
+        cfg["eagle_use_torch_compile"] = False  # on a CPU one step would otherwise autotune for minutes
     mtsp.convert(model, [("eagle", cfg)])
     return model, cfg
 
@@ -134,9 +149,28 @@ def _train_step(model) -> float:
     return float(out.loss)
 
 
-def build(scratch: Path, name: str, target: TinyTarget, explicit_ids=None, draft_vocab=None) -> dict:
-    from modelopt.torch.export.unified_export_hf import export_speculative_decoding
+def _as_installed(functions: list[str]) -> list[str]:
+    """The functions called, under the module the installed release defines its HF EAGLE model in (0.45 on:
+    plugins.hf_eagle; before: plugins.transformers), without the helpers it does not have."""
+    import importlib
 
+    import modelopt.torch.speculative.plugins as plugins
+
+    module = plugins.HFEagleModel.__module__
+    here = importlib.import_module(module)
+    out = [f.replace("modelopt.torch.speculative.plugins.hf_eagle", module) for f in functions]
+    return [f for f in out if not f.endswith(".default_eagle_aux_layer_ids") or hasattr(here, "default_eagle_aux_layer_ids")]
+
+
+def build(scratch: Path, name: str, target: TinyTarget, explicit_ids=None, draft_vocab=None,
+          directory: Path | None = None) -> dict:
+    import modelopt.torch.export.unified_export_hf as unified
+
+    if not hasattr(unified, "export_speculative_decoding"):  # 0.37-0.42 export through export_hf_checkpoint
+        raise TrainerAPIChanged("modelopt.torch.export.unified_export_hf has no export_speculative_decoding (this "
+                                "release exports drafts only through export_hf_checkpoint's speculative branch, "
+                                "which this builder does not drive)")
+    export_speculative_decoding = unified.export_speculative_decoding
     model, cfg = _convert(target, explicit_ids, draft_vocab)
     functions = list(FUNCTIONS_CALLED)
     if draft_vocab is not None:
@@ -149,14 +183,14 @@ def build(scratch: Path, name: str, target: TinyTarget, explicit_ids=None, draft
     written = sorted(p.name for p in export.iterdir())
     if written != sorted(KEEP):
         raise SystemExit(f"export_speculative_decoding wrote {written}, expected {sorted(KEEP)}")
-    directory = DRAFTS / name
+    directory = directory or DRAFTS / name
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     for file in KEEP:
         shutil.copyfile(export / file, directory / file)
     text = (directory / "config.json").read_text()
-    if str(REPO_ROOT) in text or str(scratch) in text:
+    if directory.resolve().is_relative_to(REPO_ROOT) and (str(REPO_ROOT) in text or str(scratch) in text):
         raise SystemExit(f"{directory}/config.json contains a local path")
     eagle = model.eagle_module
     d2t = eagle.d2t if hasattr(eagle, "d2t") else None
@@ -166,7 +200,7 @@ def build(scratch: Path, name: str, target: TinyTarget, explicit_ids=None, draft
         selected_target_ids=selected,
         aux_layer_ids=list(model.eagle_config.eagle_aux_hidden_state_layer_ids),
         aux_layer_convention=AUX_CONVENTION,
-        functions_called=functions,
+        functions_called=_as_installed(functions),
         config={k: v for k, v in cfg.items() if k != "eagle_architecture_config"},
         eagle_architecture_overrides=sorted({"intermediate_size", "num_attention_heads", "num_key_value_heads",
                                              "head_dim"} | ({"eagle_aux_hidden_state_layer_ids"} if explicit_ids
@@ -179,13 +213,13 @@ def build(scratch: Path, name: str, target: TinyTarget, explicit_ids=None, draft
     return {"model": model, "details": details}
 
 
-def reference(model, name: str, target: TinyTarget, ver: str) -> dict:
+def reference(model, name: str, target: TinyTarget, ver: str, path: Path | None = None) -> dict:
     """Step-0 logits of Model Optimizer's own forward of the trained model (its base forward, aux hooks and
     pairing), with the aux hidden states its hooks captured."""
     import torch
     import transformers
 
-    prompt = torch.tensor(reference_prompt(), dtype=torch.long)
+    prompt = torch.tensor(reference_prompt(target.vocab_size), dtype=torch.long)
     captured = {}
     original_prepare, original_forward = model._prepare_eagle_inputs, model._eagle_forward
 
@@ -196,7 +230,8 @@ def reference(model, name: str, target: TinyTarget, ver: str) -> dict:
 
     def forward(*args, **kwargs):
         out = original_forward(*args, **kwargs)
-        captured.setdefault("logits", out[2].detach().clone())
+        logits = out[2][0] if isinstance(out[2], (list, tuple)) else out[2]  # 0.43-0.44: a list, draft head first
+        captured.setdefault("logits", logits.detach().clone())
         return out
 
     model._prepare_eagle_inputs, model._eagle_forward = prepare, forward
@@ -234,7 +269,20 @@ def reference(model, name: str, target: TinyTarget, ver: str) -> dict:
         "embed_tokens": f"the target's model.embed_tokens.weight ({target.path}): modelopt embeds with the base model's",
         "aux_layer_ids": json.dumps(ids),
     }
-    return write_reference(name, inputs, captured["logits"][0, :t], metadata)
+    out = write_reference(name, inputs, captured["logits"][0, :t], metadata, path)
+    out["trained_hidden_states"] = [i + 1 for i in ids]
+    return out
+
+
+def build_tiny(scratch: Path, target: TinyTarget, draft: Path, reference_path: Path | None) -> dict:
+    """``build-tiny --trainer modelopt``: modelopt-default's build (library defaults, the draft layer's geometry
+    set to the target's, one training step, ``export_speculative_decoding``) with the installed release, into
+    ``draft``, and its reference forward."""
+    built = build(scratch, "tiny", target, directory=draft)
+    details = built["details"]
+    if reference_path is not None:
+        details["reference"] = reference(built["model"], "tiny", target, version("nvidia-modelopt"), reference_path)
+    return details
 
 
 def main() -> None:
@@ -247,6 +295,7 @@ def main() -> None:
             built = build(scratch, name, LLAMA_TINY_HD32, **kwargs)
             details = built["details"]
             details["reference"] = reference(built["model"], name, LLAMA_TINY_HD32, ver)
+            details["reference"].pop("trained_hidden_states")  # the manifest's convention field says it
             entry = record_fixture(name, DRAFTS / name, trainer="modelopt", trainer_version=ver, command=COMMAND,
                                    **details)
             print(f"{name}: {entry['path']} {json.dumps(entry['files'])}", file=sys.stderr)

@@ -52,6 +52,7 @@ from contracts.trainers.common import (
     SEED,
     TinyTarget,
     record_fixture,
+    repo_relative,
     target_reference_inputs,
     token_frequencies,
     write_reference,
@@ -161,7 +162,7 @@ def build(work: Path, target: TinyTarget = LLAMA_TINY) -> dict:
     _install_dataset_vocab_mapping(
         cfg,
         bundle,
-        counts=Counter(token_frequencies()),
+        counts=Counter(token_frequencies(target.vocab_size)),
         dataset_identity="contracts.trainers.common.token_frequencies",
     )
 
@@ -214,9 +215,10 @@ class _Step0Done(Exception):
 
 
 def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], name: str = "specforge",
-              target: TinyTarget = LLAMA_TINY) -> dict:
-    """Step-0 logits of specforge's own training step on the committed export fixtures/drafts/<name>."""
-    out_dir = DRAFTS / name
+              target: TinyTarget = LLAMA_TINY, out_dir: Path | None = None, path: Path | None = None) -> dict:
+    """Step-0 logits of specforge's own training step on the committed export fixtures/drafts/<name> (or
+    ``out_dir``, written to ``path``)."""
+    out_dir = out_dir or DRAFTS / name
     import torch
     import transformers
     from accelerate.utils import set_seed
@@ -304,14 +306,14 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], nam
             f"{REFERENCE_ATTN} (training.attention_backend; specforge's LlamaAttention with cache_hidden: "
             "explicit matmul + additive causal mask + fp32 softmax); LlamaRMSNorm under torch.compile (inductor, CPU)"),
         "dtype": "float32",
-        "weights": (f"{os.path.relpath(out_dir, REPO_ROOT)}/model.safetensors (bfloat16 on disk) warm-started by "
+        "weights": (f"{repo_relative(out_dir)}/model.safetensors (bfloat16 on disk) warm-started by "
                     "warm_start_draft_model into a float32 draft; every exported tensor equal to the file's"),
         "embed_tokens": (f"the target's {cfg.model.embedding_key} from {target.path} (float32, load_embedding, "
                          "load_target_embedding=true); not in the export, SGLang shares it from the target"),
         "aux_layer_ids": json.dumps(list(aux_layer_ids)),
         "ttt_length": str(cfg.training.ttt_length),
     }
-    return write_reference(name, inputs, captured[0][0], metadata)
+    return write_reference(name, inputs, captured[0][0], metadata, path)
 
 
 def float_dtype(safetensors_file: Path) -> str:
@@ -332,21 +334,54 @@ def main() -> None:
         build_one(name, target)
 
 
+def _keep_export(result: dict, out_dir: Path, scratch: str) -> None:
+    written = sorted(p.name for p in result["export_dir"].iterdir())
+    if written != ["config.json", "model.safetensors"]:
+        raise SystemExit(f"export_to_sglang wrote {written}, expected config.json + model.safetensors")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    for file in written:
+        shutil.copyfile(result["export_dir"] / file, out_dir / file)
+    text = (out_dir / "config.json").read_text()
+    if out_dir.resolve().is_relative_to(REPO_ROOT) and (str(REPO_ROOT) in text or scratch in text):
+        raise SystemExit(f"{out_dir}/config.json contains a local path")
+
+
+AUX_CONVENTION = (
+    "0-based decoder-layer index whose output is captured: specforge passes the ids to "
+    "SGLang's set_eagle3_layers_to_capture, which captures the input of layer id+1, "
+    "i.e. HF hidden_states[id+1]"
+)
+
+
+def build_tiny(scratch: Path, target: TinyTarget, draft: Path, reference_path: Path | None) -> dict:
+    """``build-tiny --trainer specforge``: the fixture's run (``specforge train``'s assembly, its checkpoint
+    manager, ``export_to_sglang``) with the installed release, into ``draft``, and its reference forward."""
+    import importlib.util
+
+    if importlib.util.find_spec("specforge.export") is None:  # 0.1.0: no run assembly or exporter yet
+        from contracts.trainers.specforge_v01 import build_tiny as build_first_release
+
+        return build_first_release(scratch, target, draft, reference_path)
+    result = build(scratch, target)
+    _keep_export(result, draft, str(scratch))
+    details = dict(export="specforge.export.to_sglang.export_to_sglang",
+                   selected_target_ids=result["selected_target_ids"], aux_layer_ids=result["aux_layer_ids"],
+                   aux_layer_convention=AUX_CONVENTION, dtype=float_dtype(draft / "model.safetensors"),
+                   functions_called=FUNCTIONS_CALLED, load_target_embedding=True)
+    if reference_path is not None:
+        details["reference"] = reference(scratch, result["draft_config_path"], result["aux_layer_ids"], "tiny",
+                                         target, out_dir=draft, path=reference_path)
+        details["reference"]["trained_hidden_states"] = [k + 1 for k in result["aux_layer_ids"]]
+    return details
+
+
 def build_one(name: str, target: TinyTarget) -> dict:
     out_dir = DRAFTS / name
     with tempfile.TemporaryDirectory(prefix="specforge-fixture-") as tmp:
         result = build(Path(tmp), target)
-        written = sorted(p.name for p in result["export_dir"].iterdir())
-        if written != ["config.json", "model.safetensors"]:
-            raise SystemExit(f"export_to_sglang wrote {written}, expected config.json + model.safetensors")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        out_dir.mkdir(parents=True)
-        for file in written:
-            shutil.copyfile(result["export_dir"] / file, out_dir / file)
-        text = (out_dir / "config.json").read_text()
-        if str(REPO_ROOT) in text or tmp in text:
-            raise SystemExit(f"{out_dir}/config.json contains a local path")
+        _keep_export(result, out_dir, tmp)
         ref = reference(Path(tmp), result["draft_config_path"], result["aux_layer_ids"], name, target)
 
     entry = record_fixture(
@@ -358,11 +393,7 @@ def build_one(name: str, target: TinyTarget) -> dict:
         export="specforge.export.to_sglang.export_to_sglang",
         selected_target_ids=result["selected_target_ids"],
         aux_layer_ids=result["aux_layer_ids"],
-        aux_layer_convention=(
-            "0-based decoder-layer index whose output is captured: specforge passes the ids to "
-            "SGLang's set_eagle3_layers_to_capture, which captures the input of layer id+1, "
-            "i.e. HF hidden_states[id+1]"
-        ),
+        aux_layer_convention=AUX_CONVENTION,
         dtype=float_dtype(out_dir / "model.safetensors"),
         functions_called=FUNCTIONS_CALLED,
         load_target_embedding=True,

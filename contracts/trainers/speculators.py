@@ -54,9 +54,11 @@ from contracts.trainers.common import (
     LLAMA_TINY_HD32,
     REPO_ROOT,
     SEED,
-    TARGET_VOCAB,
     TinyTarget,
+    TrainerAPIChanged,
     record_fixture,
+    repo_relative,
+    require_parameters,
     target_reference_inputs,
     token_frequencies,
     write_reference,
@@ -116,12 +118,13 @@ def _details(model, functions: list[str], dropped: list[str], **extra) -> dict:
     t2d_ids = torch.nonzero(model.t2d).flatten().tolist()
     if selected != t2d_ids:
         raise RuntimeError("speculators' d2t and t2d disagree")
+    aux = getattr(cfg, "eagle_aux_hidden_state_layer_ids", None)  # None where the release writes no ids (0.4)
     return dict(
         selected_target_ids=selected,
-        aux_layer_ids=list(cfg.eagle_aux_hidden_state_layer_ids),
+        aux_layer_ids=list(aux) if aux is not None else None,
         aux_layer_convention=AUX_CONVENTION,
         config_flags={k: getattr(cfg, k) for k in
-                      ("norm_before_residual", "norm_before_fc", "norm_output", "fc_norm")},
+                      ("norm_before_residual", "norm_before_fc", "norm_output", "fc_norm") if hasattr(cfg, k)},
         verifier_name_or_path=cfg.speculators_config.verifier.name_or_path,
         functions_called=functions,
         files_dropped=dropped,
@@ -129,41 +132,77 @@ def _details(model, functions: list[str], dropped: list[str], **extra) -> dict:
     )
 
 
-def _library_build(scratch: Path, verifier: str, name: str, geometry: dict = LLAMA_TINY.geometry):
+def _construct(layer_config, d2t, t2d, verifier: str, ttt_steps: int):
+    """The draft, by the construction path the installed release has (detected, not read off its version):
+    ``Eagle3DraftModel.from_training_args`` (0.4.0 and later), else the config and constructor by hand, as the
+    release's own scripts/train.py does (0.3.0: ``Eagle3DraftModel(config, t2d, d2t)``, which reads the verifier
+    itself). Returns the model and the functions the path called."""
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+
+    defaults = Eagle3SpeculatorConfig.model_fields
+    if hasattr(Eagle3DraftModel, "from_training_args"):
+        model = Eagle3DraftModel.from_training_args(
+            verifier_config=layer_config,
+            t2d=t2d,
+            d2t=d2t,
+            verifier_name_or_path=verifier,
+            draft_vocab_size=int(d2t.shape[0]),
+            # required keyword of from_training_args; the config class's default (False)
+            norm_before_residual=defaults["norm_before_residual"].default,
+            # required keyword; GreedyTokenProposalConfig's default speculative_tokens (5)
+            ttt_steps=ttt_steps,
+            # norm_before_fc / fc_norm / norm_output / embed_requires_grad / target_layer_ids left
+            # unset: from_training_args falls back to False / False / False / False / the default ids.
+        )
+        return model, ["speculators.models.eagle3.core.Eagle3DraftModel.from_training_args"]
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    require_parameters(Eagle3DraftModel.__init__, "speculators Eagle3DraftModel.__init__", "config", "t2d", "d2t")
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=layer_config,
+        draft_vocab_size=int(d2t.shape[0]),
+        norm_before_residual=defaults["norm_before_residual"].default,
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=ttt_steps)],
+            default_proposal_method="greedy",
+            verifier=VerifierConfig(name_or_path=verifier, architectures=["LlamaForCausalLM"]),
+        ),
+    )
+    return Eagle3DraftModel(config, t2d, d2t), [
+        "speculators.models.eagle3.config.Eagle3SpeculatorConfig",
+        "speculators.config.SpeculatorsConfig", "speculators.config.VerifierConfig",
+        "speculators.models.eagle3.core.Eagle3DraftModel.__init__(config, t2d, d2t)"]
+
+
+def _library_build(scratch: Path, verifier: str, name: str, geometry: dict = LLAMA_TINY.geometry,
+                   directory: Path | None = None):
     """The library's build path with the config class's defaults against ``verifier``, saved by save_pretrained
-    (fp32) to fixtures/drafts/<name>; returns the model and the files the writer left that are not kept."""
+    (fp32) to fixtures/drafts/<name> (or ``directory``); returns the model, the files the writer left that are not
+    kept, and the construction functions the installed release called."""
     import torch
     import transformers
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
     from speculators.proposals.greedy import GreedyTokenProposalConfig
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
     torch.manual_seed(SEED)
+    vocab = int(geometry["vocab_size"])
     d2t, t2d = build_vocab_mappings_from_distribution(
-        token_freq_dict=token_frequencies(), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB,
+        token_freq_dict=token_frequencies(vocab), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=vocab,
     )
     # One decoder layer of the target's geometry (LlamaConfig defaults otherwise).
     layer_config = transformers.LlamaConfig(**{**geometry, "num_hidden_layers": 1})
-    defaults = Eagle3SpeculatorConfig.model_fields
-    model = Eagle3DraftModel.from_training_args(
-        verifier_config=layer_config,
-        t2d=t2d,
-        d2t=d2t,
-        verifier_name_or_path=verifier,
-        draft_vocab_size=DRAFT_VOCAB,
-        # required keyword of from_training_args; the config class's default (False)
-        norm_before_residual=defaults["norm_before_residual"].default,
-        # required keyword; GreedyTokenProposalConfig's default speculative_tokens (5)
-        ttt_steps=GreedyTokenProposalConfig.model_fields["speculative_tokens"].default,
-        # norm_before_fc / fc_norm / norm_output / embed_requires_grad / target_layer_ids left
-        # unset: from_training_args falls back to False / False / False / False / the default ids.
-    )
+    model, construction = _construct(layer_config, d2t, t2d, verifier,
+                                     GreedyTokenProposalConfig.model_fields["speculative_tokens"].default)
     out = scratch / name
     model.save_pretrained(out)
-    directory = DRAFTS / name
+    fixture = directory is None
+    directory = directory or DRAFTS / name
     dropped = _copy_kept(out, directory)
-    _check_no_local_paths(directory, str(scratch))
-    return model, dropped
+    if fixture:  # a build-tiny output names its target by the path it was given
+        _check_no_local_paths(directory, str(scratch))
+    return model, dropped, construction
 
 
 LIBRARY_BUILD_FUNCTIONS = [
@@ -179,13 +218,16 @@ LIBRARY_BUILD_FUNCTIONS = [
 ]
 
 
-def build_default(scratch: Path, target: TinyTarget = LLAMA_TINY, name: str = "speculators-default") -> dict:
+def build_default(scratch: Path, target: TinyTarget = LLAMA_TINY, name: str = "speculators-default",
+                  directory: Path | None = None) -> dict:
     """The library's build path with the config class's defaults, saved by save_pretrained (fp32)."""
     from speculators.proposals.greedy import GreedyTokenProposalConfig
 
-    model, dropped = _library_build(scratch, target.path, name, target.geometry)
+    model, dropped, construction = _library_build(scratch, target.path, name, target.geometry, directory)
+    functions = LIBRARY_BUILD_FUNCTIONS if construction == LIBRARY_BUILD_FUNCTIONS[1:2] else \
+        [LIBRARY_BUILD_FUNCTIONS[0], *construction, "transformers.PreTrainedModel.save_pretrained"]
     return _details(
-        model, LIBRARY_BUILD_FUNCTIONS, dropped,
+        model, functions, dropped,
         dtype="float32",
         build="Eagle3SpeculatorConfig defaults; transformer_layer_config = "
               "transformers.LlamaConfig(target geometry, num_hidden_layers=1)",
@@ -199,7 +241,7 @@ KIMI_VERIFIER = "fixtures/targets/kimi-k25-tiny"
 
 def build_kimi(scratch: Path) -> dict:
     """speculators-default's build with the Kimi-K2.5-shaped verifier (the draft layer stays Llama-shaped)."""
-    model, dropped = _library_build(scratch, KIMI_VERIFIER, "speculators-kimi-k25")
+    model, dropped, _ = _library_build(scratch, KIMI_VERIFIER, "speculators-kimi-k25")
     return _details(
         model, LIBRARY_BUILD_FUNCTIONS, dropped,
         dtype="float32",
@@ -288,20 +330,85 @@ REFERENCE_FUNCTIONS = [
 REFERENCE_ATTN = "sdpa"
 
 
-def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY) -> dict:
-    """Step-0 logits of speculators' own training forward on the committed checkpoint fixtures/drafts/<name>."""
+def trained_hidden_states(aux_ids: list[int] | None, num_layers: int) -> tuple[list[int], str]:
+    """The transformers ``hidden_states`` indices the installed release trains on, read off its own code: where the
+    release carries its own vLLM worker extension for hidden-state generation (0.3.0, 0.4.x:
+    ``data_generation/custom_worker.py``), the patched forward appends ``hidden_states + residual`` after running
+    layer k, so id k is ``hidden_states[k + 1]``, and its generator's default ids are ``[2, N//2, N-3]`` (the draft
+    config records none); later releases use vLLM's own capture, id k = ``hidden_states[k]`` (AUX_CONVENTION)."""
+    import importlib.util
+
+    # located through the top package and read, never imported: speculators.data_generation imports vllm
+    package = importlib.util.find_spec("speculators")
+    worker = next((Path(d) / "data_generation" / "custom_worker.py" for d in package.submodule_search_locations
+                   if (Path(d) / "data_generation" / "custom_worker.py").is_file()), None)
+    if worker is not None:
+        source = worker.read_text()
+        run, append = source.find("= layer("), source.find("aux_hidden_states.append((hidden_states + residual)")
+        if 0 <= run < append:
+            ids = list(aux_ids) if aux_ids is not None else [2, num_layers // 2, num_layers - 3]
+            return [k + 1 for k in ids], ("speculators.data_generation.custom_worker appends hidden_states + "
+                                          "residual after running layer k: id k is hidden_states[k+1]; ids "
+                                          + ("from the config" if aux_ids is not None else
+                                             "VllmHiddenStatesGenerator's default [2, N//2, N-3] (none saved)"))
+    if aux_ids is None:
+        raise TrainerAPIChanged("speculators saved no eagle_aux_hidden_state_layer_ids and has no data-generation "
+                                "worker of its own to read its capture from")
+    return list(aux_ids), AUX_CONVENTION
+
+
+def _reload(directory: Path, config):
+    """The saved checkpoint as the installed release reloads it: ``Eagle3DraftModel.from_pretrained`` where its
+    constructor takes only the config (0.5.0 and later), else the constructor with the saved ``t2d`` / ``d2t`` and
+    the saved tensors loaded into it (0.3.0, 0.4.x, whose ``from_pretrained`` passes arguments the constructor does
+    not take)."""
+    import inspect
+
+    import torch
+    from safetensors.torch import load_file
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    if "t2d" not in inspect.signature(Eagle3DraftModel.__init__).parameters:
+        return Eagle3DraftModel.from_pretrained(directory, config=config, dtype=torch.float32), \
+            "Eagle3DraftModel.from_pretrained(dtype=float32)"
+    state = load_file(str(directory / "model.safetensors"))
+    model = Eagle3DraftModel(config, t2d=state["t2d"], d2t=state["d2t"])
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if not k.startswith("verifier_")]:
+        raise RuntimeError(f"speculators' draft does not take its own checkpoint: missing {missing}, "
+                           f"unexpected {unexpected}")
+    return model.to(torch.float32), "Eagle3DraftModel(config, t2d, d2t) + load_state_dict(saved tensors)"
+
+
+def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, directory: Path | None = None,
+              path: Path | None = None) -> dict:
+    """Step-0 logits of speculators' own training forward on the committed checkpoint fixtures/drafts/<name> (or
+    ``directory``, written to ``path``), through the reload, attention and forward signature the installed release
+    has."""
+    import inspect
+
     import torch
     import transformers
     from safetensors import safe_open
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
 
-    directory = DRAFTS / name
+    directory = directory or DRAFTS / name
     config = Eagle3SpeculatorConfig.from_pretrained(directory)
-    # Eagle3DraftModel.__init__ forces simple_flex_attention only when this is unset.
-    config.transformer_layer_config._attn_implementation = REFERENCE_ATTN
-    model = Eagle3DraftModel.from_pretrained(directory, config=config, dtype=torch.float32).eval()
-    if model._attn_impl != REFERENCE_ATTN:
-        raise RuntimeError(f"speculators runs {model._attn_impl}, not {REFERENCE_ATTN}")
+    forward = Eagle3DraftModel.forward
+    forward = getattr(forward, "_torchdynamo_orig_callable", forward)  # 0.3.0 compiles it unconditionally
+    # Eagle3DraftModel.__init__ forces simple_flex_attention only when this is unset (0.7.0 on) or always (0.5.x,
+    # 0.6.x). 0.3.0 and 0.4.x never read it, and their forward always hands the layers a flex BlockMask: there the
+    # release's own registered simple_flex_attention is the only attention its forward can run.
+    reads_attn = "_attn_implementation" in inspect.getsource(Eagle3DraftModel.__init__)
+    block_mask_only = not reads_attn and "create_block_mask" in inspect.getsource(forward)
+    config.transformer_layer_config._attn_implementation = "simple_flex_attention" if block_mask_only \
+        else REFERENCE_ATTN
+    model, reloaded_by = _reload(directory, config)
+    model = model.eval()
+    # 0.5.x / 0.6.x force simple_flex_attention in __init__ (no switch); later releases honour the layer config's
+    attn = getattr(model, "_attn_impl", model.config.transformer_layer_config._attn_implementation)
+    if attn != REFERENCE_ATTN and reads_attn and "draft_attn_impl" in Eagle3SpeculatorConfig.model_fields:
+        raise RuntimeError(f"speculators runs {attn}, not {REFERENCE_ATTN}")
     # Same weights as the file, bit for bit (bf16 -> fp32 is exact); embed_tokens is the saved one.
     state = model.state_dict()
     with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
@@ -310,17 +417,21 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY) -> dict:
                 raise RuntimeError(f"{name}: reloaded {key} differs from the checkpoint")
         saved_dtype = str(f.get_tensor("fc.weight").dtype).removeprefix("torch.")
 
-    # speculators' aux id k is HF output_hidden_states[k] (AUX_CONVENTION)
-    aux_ids = list(model.config.eagle_aux_hidden_state_layer_ids)
-    inputs, meta = target_reference_inputs(aux_ids, target)
+    aux_ids = getattr(model.config, "eagle_aux_hidden_state_layer_ids", None)
+    hidden_states, convention = trained_hidden_states(aux_ids, int(target.geometry["num_hidden_layers"]))
+    inputs, meta = target_reference_inputs(hidden_states, target)
+    by_document = "document_ids" in inspect.signature(forward).parameters  # 0.7.0 on; before: lengths
+    extra = {"document_ids": torch.zeros_like(inputs["input_ids"])[None]} if by_document else \
+        {"lengths": torch.tensor([inputs["input_ids"].shape[0]])}
     captured = []
     hook = model.lm_head.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone()))
     try:
         with torch.no_grad():
-            model(
+            forward(
+                model,
                 hidden_states=inputs["hidden_states"][None],
                 input_ids=inputs["input_ids"][None],
-                document_ids=torch.zeros_like(inputs["input_ids"])[None],
+                **extra,
                 position_ids=inputs["positions"][None],
                 ttt_steps=1,
             )
@@ -328,6 +439,10 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY) -> dict:
         hook.remove()
     if len(captured) != 1:
         raise RuntimeError(f"lm_head ran {len(captured)} times in one TTT step")
+    functions = REFERENCE_FUNCTIONS if reloaded_by.startswith("Eagle3DraftModel.from_pretrained") else \
+        ["speculators.models.eagle3.config.Eagle3SpeculatorConfig.from_pretrained",
+         "speculators.models.eagle3.core.Eagle3DraftModel.__init__", "torch.nn.Module.load_state_dict",
+         *REFERENCE_FUNCTIONS[-2:]]
     metadata = {
         **meta,
         "fixture": name,
@@ -335,24 +450,41 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY) -> dict:
         "version": version,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "functions_called": json.dumps(REFERENCE_FUNCTIONS),
+        "functions_called": json.dumps(functions),
         "forward_call": (
-            "Eagle3DraftModel.forward(hidden_states=[1,T,3H], input_ids=[1,T], document_ids=zeros[1,T], "
-            "position_ids=positions[None], ttt_steps=1) under torch.no_grad; no verifier_last_hidden_states, "
+            "Eagle3DraftModel.forward(hidden_states=[1,T,3H], input_ids=[1,T], "
+            + ("document_ids=zeros[1,T], " if by_document else "lengths=[T], ")
+            + "position_ids=positions[None], ttt_steps=1) under torch.no_grad; no verifier_last_hidden_states, "
             "so no loss; logits = output of lm_head (hook), shape [1,T,draft_vocab]"),
-        "attn_implementation": REFERENCE_ATTN,
+        "attn_implementation": attn,
         "dtype": "float32",
-        "weights": (f"fixtures/drafts/{name}/model.safetensors ({saved_dtype} on disk) reloaded by "
-                    f"Eagle3DraftModel.from_pretrained(dtype=float32); every tensor equal to the file's"),
+        "weights": (f"{repo_relative(directory)}/model.safetensors ({saved_dtype} on disk) reloaded by "
+                    f"{reloaded_by}; every tensor equal to the file's"),
         "embed_tokens": (f"the checkpoint's embed_tokens ({saved_dtype}), which speculators copied from the "
                          f"verifier {target.path} (load_verifier_weights)"),
-        "aux_layer_ids": json.dumps(aux_ids),
+        "aux_layer_ids": json.dumps(list(aux_ids) if aux_ids is not None else None),
         "config_flags": json.dumps({k: getattr(model.config, k) for k in
-                                    ("norm_before_residual", "norm_before_fc", "norm_output", "fc_norm")}),
+                                    ("norm_before_residual", "norm_before_fc", "norm_output", "fc_norm")
+                                    if hasattr(model.config, k)}),
         "positions_note": ("speculators' shift_batch gives this pairing position_ids 1..T in training; the "
                            "reference passes 0..T-1 (SGLang's positions), a uniform RoPE shift"),
     }
-    return write_reference(name, inputs, captured[0][0], metadata)
+    if convention != AUX_CONVENTION:
+        metadata["aux_convention_note"] = convention
+    out = write_reference(name, inputs, captured[0][0], metadata, path)
+    out["trained_hidden_states"] = hidden_states
+    return out
+
+
+def build_tiny(scratch: Path, target: TinyTarget, draft: Path, reference_path: Path | None) -> dict:
+    """``build-tiny --trainer speculators``: speculators-default's build (the library's build path, the config
+    class's defaults) with the installed release, into ``draft``, and its reference forward."""
+    from importlib.metadata import version
+
+    details = build_default(scratch, target, "tiny", directory=draft)
+    if reference_path is not None:
+        details["reference"] = reference("tiny", version("speculators"), target, draft, reference_path)
+    return details
 
 
 def main() -> None:
@@ -373,6 +505,7 @@ def main() -> None:
             details = build(scratch)
             if target is not None:
                 details["reference"] = reference(name, speculators_version, target)
+                details["reference"].pop("trained_hidden_states")  # the manifest's convention field says it
             entry = record_fixture(
                 name, DRAFTS / name, trainer="speculators", trainer_version=speculators_version,
                 command=COMMAND, **details,

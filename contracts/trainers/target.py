@@ -21,7 +21,9 @@ import sys
 from contracts.trainers.common import LLAMA_TINY, LLAMA_TINY_HD32, SEED, TARGET_DIR, TinyTarget, record_fixture
 
 
-def build_target(target: TinyTarget = LLAMA_TINY):
+def build_target(target: TinyTarget = LLAMA_TINY, record: bool = True):
+    """The tiny Llama of ``target``'s geometry, seeded, saved by transformers (``record``: in the manifest, as a
+    fixture; ``build-tiny`` makes one outside the fixtures)."""
     import torch
     import transformers
 
@@ -34,6 +36,8 @@ def build_target(target: TinyTarget = LLAMA_TINY):
     model.save_pretrained(directory, safe_serialization=True)
     for extra in ("generation_config.json",):
         (directory / extra).unlink(missing_ok=True)
+    if not record:
+        return {"path": str(directory), "architecture": "LlamaForCausalLM", "transformers": transformers.__version__}
     return record_fixture(
         target.name, directory, trainer="transformers", trainer_version=transformers.__version__,
         command="python -m contracts.trainers.target", architecture="LlamaForCausalLM",
