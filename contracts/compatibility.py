@@ -28,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 from contracts.bundled import FIXTURES
+from contracts.trainer_compatibility import ENGINES as TRAINER_ENGINES
 
 REPO = FIXTURES.parent
 DATA = FIXTURES / "compatibility.json"
@@ -206,6 +207,9 @@ def render(doc: dict) -> str:
             "Per engine, in release order over the releases judged (a release that could not be judged is "
             "skipped, not counted as a change).", ""]
     out += _transitions(doc, judged, subjects, contracts) or ["(no contract changed verdict between releases)"]
+    from contracts.trainer_compatibility import render as render_trainers
+
+    out += render_trainers(doc)
     for s in subjects:
         out += ["", f"## {s}", "", "| release | " + " | ".join(c for c in contracts) + " |",
                 "|---|" + "---|" * len(contracts)]
@@ -282,6 +286,14 @@ def main(argv=None) -> int:
     m = sub.add_parser("merge", help="fold the data files of several sweeps into the table")
     m.add_argument("parts", nargs="+", help="compatibility JSON files written by `sweep --data`")
     sub.add_parser("render", help="write docs/compatibility.md from fixtures/compatibility.json")
+    t = sub.add_parser("trainers", help="build a tiny draft with each trainer release (its own environment) and "
+                                        "judge it on engine releases: the trainer release x engine release grid")
+    t.add_argument("--releases", help="comma-separated trainer specs (speculators==0.8.1; patterns as for engines); "
+                                      "default every release of every trainer since its EAGLE-3 draft")
+    t.add_argument("--engines", default=",".join(TRAINER_ENGINES), help="engine specs (default %(default)s)")
+    t.add_argument("--new", action="store_true", help="only the trainer releases the table does not hold yet")
+    t.add_argument("-n", type=int, default=1, help="pytest-xdist workers for the judging (one engine release each)")
+    t.add_argument("--data", default=str(DATA), help="the table's data to update (default %(default)s)")
     args = p.parse_args(argv)
     data = Path(getattr(args, "data", DATA))
     doc = load(data)
@@ -295,6 +307,18 @@ def main(argv=None) -> int:
         if args.new:
             specs = [s for s in specs if s not in doc["releases"]]
         doc = update(doc, specs, args.n)
+        save(doc, data)
+    elif args.command == "trainers":
+        from contracts import trainer_compatibility
+
+        everything = trainer_compatibility.all_releases()
+        wanted = [r.strip() for r in (args.releases or "").split(",") if r.strip()]
+        chosen = [k for k in everything if any(fnmatch.fnmatchcase(k, w) for w in wanted)] if wanted else everything
+        chosen += [w for w in wanted if not any(ch in w for ch in "*?[") and w not in chosen]
+        if args.new:
+            chosen = [k for k in chosen if k not in doc.get("trainers", {})]
+        engines = expand([e.strip() for e in args.engines.split(",") if e.strip()])
+        doc = trainer_compatibility.update(doc, chosen, engines, args.n)
         save(doc, data)
     elif args.command == "merge":
         doc = merge(doc, [load(Path(part)) for part in args.parts])

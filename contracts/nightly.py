@@ -12,6 +12,9 @@ Writes, to ``--out``:
                            read, targets with aux capture) against the committed snapshot of the pinned release,
                            fixtures/surface/sglang-<pinned>.json.
 and updates the table itself (``--data``, default fixtures/compatibility.json, rendered to docs/compatibility.md).
+Then the trainer-release axis (``contracts.trainer_compatibility``, unless ``--no-trainers``): every trainer release
+the table lacks builds a tiny draft in its own environment and is judged on the trainer grid's engine releases; a
+contract that fails where the trainer's previous release held is newly failing too (``newly_failing.json``).
 Exit 1 when a contract newly fails. Drift alone is reported, not failed: a new release may move the surface without
 breaking a contract, and the table says whether it did.
 
@@ -26,7 +29,7 @@ import json
 import sys
 from pathlib import Path
 
-from contracts import compatibility
+from contracts import compatibility, trainer_compatibility
 from contracts.bundled import FIXTURES, documented_engines, expected_failures
 
 SURFACES = FIXTURES / "surface"
@@ -103,6 +106,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", default=str(compatibility.DATA), help="the table's data (default %(default)s)")
     p.add_argument("-n", type=int, default=1, help="pytest-xdist workers for the sweep (one release each)")
     p.add_argument("--only", help="comma-separated contract ids (default: all)")
+    p.add_argument("--no-trainers", action="store_true", help="skip the trainer releases new to the table")
     p.add_argument("--write-snapshot", action="store_true",
                    help="write the newest release's surface to fixtures/surface/ and stop")
     args = p.parse_args(argv)
@@ -128,10 +132,18 @@ def main(argv=None) -> int:
             compatibility.save(doc, data)
             if data.resolve() == compatibility.DATA.resolve():
                 compatibility.DOC.write_text(compatibility.render(doc))
+        trainer_keys = [] if args.no_trainers or args.engines else trainer_compatibility.new_releases(doc)
+        if trainer_keys:
+            doc = trainer_compatibility.update(doc, trainer_keys, trainer_compatibility.ENGINES, args.n)
+            compatibility.save(doc, data)
+            if data.resolve() == compatibility.DATA.resolve():
+                compatibility.DOC.write_text(compatibility.render(doc))
         judged = [s for s in specs if s in doc["releases"]]
         tonight = {"releases": {s: doc["releases"][s] for s in [*judged, pinned_spec()] if s in doc["releases"]},
-                   "last_sweep": doc.get("last_sweep")}
-        failing = newly_failing(doc, judged)
+                   "last_sweep": doc.get("last_sweep"),
+                   "trainers": {k: doc["trainers"][k] for k in trainer_keys if k in doc.get("trainers", {})},
+                   "last_trainer_sweep": doc.get("last_trainer_sweep") if trainer_keys else None}
+        failing = newly_failing(doc, judged) + trainer_compatibility.newly_failing(doc, trainer_keys)
         (out / "matrix.json").write_text(json.dumps(tonight, indent=1, sort_keys=True) + "\n")
         (out / "matrix.md").write_text(compatibility.render(tonight))
         (out / "newly_failing.json").write_text(json.dumps(failing, indent=1) + "\n")
@@ -146,10 +158,11 @@ def main(argv=None) -> int:
                                       + drift_markdown(snapshot, surface, rows))
     finally:
         close_all()
-    print(f"judged {len(judged)} release(s) new to the table; drift against the {pinned_version} snapshot: "
+    print(f"judged {len(judged)} engine release(s) and {len(trainer_keys)} trainer release(s) new to the table; drift against the {pinned_version} snapshot: "
           f"{len(rows)} difference(s); wrote {out}/matrix.md, matrix.json, newly_failing.json, drift.md, drift.json")
     if failing:
-        print("newly failing: " + "; ".join(f"{c['engine']} {c['subject']} {c['contract']}: {c['summary'][:200]}"
+        print("newly failing: " + "; ".join(f"{c['engine']} {c.get('subject') or c['trainer']} {c['contract']}: "
+                                            f"{c['summary'][:200]}"
                                             for c in failing), file=sys.stderr)
         return 1
     return 0

@@ -57,3 +57,37 @@ def test_the_table_says_who_serves_what_and_where_breaks_began_and_ended():
 def test_a_post_release_shares_its_base_row_only_with_identical_eagle3_code():
     assert compatibility.eagle3_fingerprint("0.5.9") == compatibility.eagle3_fingerprint("0.5.9")
     assert compatibility.eagle3_fingerprint("0.5.9") != compatibility.eagle3_fingerprint("0.5.12")
+
+
+def _trainers():
+    kn, hw = "key-naming", "hidden-width"
+    return {"trainers": {
+        "speculators==0.5.0": {"engines": {"sglang==0.5.9": _cells(**{kn: "pass", hw: "pass"})}, "build_s": 20.0,
+                               "environment_s": 30.0},
+        "speculators==0.6.0": {"engines": {"sglang==0.5.9": _cells(**{kn: "fail", hw: "pass"})}, "build_s": 20.0,
+                               "environment_s": 30.0},
+        "speculators==0.6.0.1": {"error": "speculators 0.6.0.1: TypeError: from_training_args takes no verifier"},
+        "speculators==0.7.0": {"engines": {"sglang==0.5.9": _cells(**{kn: "pass", hw: "pass"})}, "build_s": 20.0,
+                               "environment_s": 30.0},
+    }, "releases": {}}
+
+
+def test_the_trainer_grid_shows_each_release_and_where_a_trainer_release_changed_a_verdict():
+    from contracts import trainer_compatibility
+
+    text = "\n".join(trainer_compatibility.render(_trainers()))
+    assert "| speculators 0.6.0 | **no**: key-naming |" in text
+    assert "| speculators 0.6.0.1 | does not build: speculators 0.6.0.1: TypeError: from_training_args" in text
+    assert "`key-naming` on sglang 0.5.9 fails from speculators 0.6.0 (after 0.5.0)" in text
+    # the release that did not build is skipped, not counted as a change
+    assert "`key-naming` on sglang 0.5.9 holds again from speculators 0.7.0 (after 0.6.0)" in text
+
+
+def test_a_trainer_release_failing_where_its_previous_release_held_is_newly_failing():
+    from contracts import trainer_compatibility
+
+    doc = _trainers()
+    found = trainer_compatibility.newly_failing(doc, ["speculators==0.6.0", "speculators==0.7.0",
+                                                      "speculators==0.6.0.1"])
+    assert [(c["trainer"], c["engine"], c["contract"]) for c in found] == [
+        ("speculators==0.6.0", "sglang==0.5.9", "key-naming")]
