@@ -17,10 +17,14 @@ process:
   naive      load every tensor, build SGLang's draft model on CPU, call its load_weights
   startup    importing SGLang, making its CPU context and loading its model registry (paid by both)
   work       both ways in one process after that start-up, each timed directly
+  vllm       `check --engine vllm` (vLLM 0.32.0's CPU build, in its own environment: a worker process) on the
+             Kimi-sized drafter against the naive way there (vLLM's draft class built on CPU by its own loader
+             utilities, every tensor loaded, its load_weights): wall time and the peak of the summed RSS of the
+             whole process tree (the check and its engine worker), sampled every 20 ms
 
 and prints the ratios of one run (the machines are shared and noisy: compare within a run only).
 
-    tox -e bench            (or: python benchmarks/bench_check.py [--keep DIR] [--only startup,peaks,naive])
+    tox -e bench            (or: python benchmarks/bench_check.py [--keep DIR] [--only startup,peaks,naive,vllm])
 """
 
 from __future__ import annotations
@@ -224,7 +228,8 @@ def contract_peaks(py: str, draft: Path, targets: dict[str, Path]) -> list[tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", help="write the sparse checkpoints here and keep them")
-    parser.add_argument("--only", default="startup,peaks,naive", help="sections to run (startup, peaks, naive)")
+    parser.add_argument("--only", default="startup,peaks,naive,vllm",
+                        help="sections to run (startup, peaks, naive, vllm)")
     args = parser.parse_args()
     sections = set(args.only.split(","))
     repo = Path(__file__).resolve().parents[1]
@@ -255,6 +260,8 @@ def main() -> None:
                   f"{'every contract under 1 GB' if worst[4] < 1024 else 'OVER 1 GB'}\n")
         if "naive" in sections:
             naive_comparison(py, root, tg)
+        if "vllm" in sections:
+            vllm_comparison(py, root, tg)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -300,6 +307,79 @@ def naive_comparison(py: str, root: Path, tg: dict) -> None:
     for name, _, ours, _, naive, verdicts, _ in rows:
         print(f"{name}: verdicts {verdicts}; naive exit {naive['exit']}"
               + (f" ({naive['stderr'].strip().splitlines()[-1]})" if naive["exit"] else ""))
+
+
+# The naive way on vLLM, run in its environment: build its draft class on CPU as its loader does, load every tensor.
+NAIVE_VLLM = """
+import sys
+from pathlib import Path
+from contracts.engines.vllm.context import current, draft_configs, ensure_context
+ensure_context()
+from contracts.engines.vllm.loader import build_draft
+from safetensors.torch import load_file
+configs = draft_configs(Path(sys.argv[1]), Path(sys.argv[2]))
+model = build_draft(configs, device="cpu")
+tensors = load_file(sys.argv[1] + "/model.safetensors")
+with current(configs.vc):
+    model.load_weights(tensors.items())
+"""
+
+
+def _tree_rss_kb(pid: int) -> int:
+    """Summed VmRSS of ``pid`` and every descendant (from /proc)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total
+
+
+def measure_tree(argv: list[str], env: dict | None = None) -> dict:
+    """Wall time and the peak of the process tree's summed RSS (sampled), for a command that starts workers."""
+    start = time.perf_counter()
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss_kb(proc.pid))
+        time.sleep(0.02)
+    wall = time.perf_counter() - start
+    out.seek(0), err.seek(0)
+    return {"wall_s": round(wall, 2), "peak_rss_mb": round(peak / 1024, 1), "exit": proc.returncode,
+            "stdout": out.read().decode(), "stderr": err.read().decode()[-400:]}
+
+
+def vllm_comparison(py: str, root: Path, tg: dict) -> None:
+    """check --engine vllm against the naive way in vLLM's own environment, on the Kimi-sized drafter."""
+    from contracts.engines.environments import environment_for
+
+    draft = root / "kimi-drafter-vllm"
+    params = drafter(draft, hidden=7168, vocab=163840, draft_vocab=32000, heads=56, kv_heads=8, inter=18432,
+                     layer_prefix="layers.0", with_embed=True, ids=[1, 29, 57])
+    target = tg["kimi-k25-target"]
+    vpy = str(environment_for("vllm", "0.32.0"))
+    ours = measure_tree([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--engine", "vllm",
+                         "--format", "json"])
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV",)}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    naive = measure_tree([vpy, "-c", NAIVE_VLLM, str(draft), str(target)], env=env)
+    verdicts = {r["contract"]: r["status"] for r in json.loads(ours["stdout"])["results"]} if ours["exit"] in (0, 1) \
+        else ours["stderr"]
+    print(f"vLLM 0.32.0, Kimi-sized drafter ({params / 1e9:.2f} B parameters, speculators' layout), process tree:")
+    print("| way | wall | peak RSS (check + engine worker) | exit |\n|---|---|---|---|")
+    print(f"| naive: vLLM's draft built on CPU, every tensor through its load_weights | {naive['wall_s']} s | "
+          f"{naive['peak_rss_mb']:.0f} MB | {naive['exit']} |")
+    print(f"| check --engine vllm, all contracts | {ours['wall_s']} s | {ours['peak_rss_mb']:.0f} MB | {ours['exit']} |")
+    print(f"ratio (naive/ours): {naive['wall_s'] / ours['wall_s']:.1f}× time, "
+          f"{naive['peak_rss_mb'] / max(ours['peak_rss_mb'], 1):.1f}× memory; "
+          f"{'under 1 GB' if ours['peak_rss_mb'] < 1024 else 'OVER 1 GB'}; verdicts {verdicts}"
+          + (f"; naive: {naive['stderr'].strip().splitlines()[-1]}" if naive["exit"] else ""))
 
 
 if __name__ == "__main__":

@@ -195,32 +195,46 @@ def _keys_named_in(message: str, fates: dict[str, TensorFate]) -> list[str]:
     return sorted(dict.fromkeys(out))[:8]
 
 
+MAP_ROWS = 256  # draft ids per compute_logits call: [rows, target vocab] stays ~130 MB at a 128k vocabulary
+
+
 def engine_map(model) -> list[int] | None:
     """The draft id -> target id map as vLLM's own ``compute_logits`` applies it: the draft head's logits are
-    replaced by the identity for one call, so row i of the engine's scattered output peaks at draft id i's
-    target id (None: the draft keeps the full vocabulary and maps nothing)."""
+    replaced by rows of the identity for one call at a time, so row i of the engine's scattered output peaks at
+    draft id i's target id (None: the draft keeps the full vocabulary and maps nothing). In blocks of
+    ``MAP_ROWS`` draft ids: the whole identity and its scatter at a real size (32k draft ids over a 128k-163k
+    vocabulary) would be 20 GB."""
     import torch
 
     if getattr(model, MAP_PARAM, None) is None:
         return None
     n = int(model.config.draft_vocab_size)
 
-    class Identity(torch.nn.Module):  # stands for the head's logits for this one call only
+    class RowsOfIdentity(torch.nn.Module):  # stands for the head's logits, rows start.. of the identity
+        start = 0
+
         def forward(self, head, hidden):
-            return torch.eye(n, dtype=torch.float32)
+            k = hidden.shape[0]
+            rows = torch.zeros(k, n, dtype=torch.float32)
+            rows[torch.arange(k), torch.arange(self.start, self.start + k)] = 1.0
+            return rows
 
     saved, vocab = model.logits_processor, model.config.vocab_size
-    model.logits_processor = Identity()
+    stand_in = model.logits_processor = RowsOfIdentity()
+    out: list[int] = []
     try:
         with torch.no_grad():
-            try:
-                scattered = model.compute_logits(torch.zeros(n, 1))
-            except IndexError:
-                # a target id past the vocabulary: the engine raises at its first draft step (d2t-semantics
-                # reports the ids out of range); its own scatter shows them over a vocabulary wide enough
-                model.config.vocab_size = vocab + n + int(getattr(model, MAP_PARAM).abs().max())
-                scattered = model.compute_logits(torch.zeros(n, 1))
-        return scattered.argmax(dim=-1).tolist()
+            for start in range(0, n, MAP_ROWS):
+                stand_in.start, k = start, min(MAP_ROWS, n - start)
+                try:
+                    scattered = model.compute_logits(torch.zeros(k, 1))
+                except IndexError:
+                    # a target id past the vocabulary: the engine raises at its first draft step (d2t-semantics
+                    # reports the ids out of range); its own scatter shows them over a vocabulary wide enough
+                    model.config.vocab_size = vocab + n + int(getattr(model, MAP_PARAM).abs().max())
+                    scattered = model.compute_logits(torch.zeros(k, 1))
+                out += scattered.argmax(dim=-1).tolist()
+        return out
     finally:
         model.logits_processor, model.config.vocab_size = saved, vocab
 
