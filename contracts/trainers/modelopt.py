@@ -142,7 +142,19 @@ def _train_step(model) -> float:
     ids = torch.randint(0, model.config.vocab_size, (1, TRAIN_TOKENS), generator=gen)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    out = model(input_ids=ids, labels=ids)
+    try:
+        out = model(input_ids=ids, labels=ids)
+    except RuntimeError as e:
+        import inspect
+
+        module = inspect.getmodule(type(model).forward)
+        if "No viable backend for scaled_dot_product_attention" in str(e) and \
+                "enable_cp_ttt_patch()" in inspect.getsource(module):
+            # 0.43.0: training-mode TTT steps run under sdpa_kernel(SDPBackend.CUDNN_ATTENTION) (its context-parallel
+            # patch, on unless eagle_mix_hidden_states), a CUDA-only backend
+            raise TrainerAPIChanged("its training forward runs attention under sdpa_kernel(CUDNN_ATTENTION) "
+                                    "(enable_cp_ttt_patch): no CPU backend, so no training step on a CPU") from None
+        raise
     out.loss.backward()
     optimizer.step()
     optimizer.zero_grad()
