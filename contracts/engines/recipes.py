@@ -97,14 +97,20 @@ def wheels_dir() -> Path:
     return envs_root() / "wheels"
 
 
-@functools.lru_cache(maxsize=None)
 def index_versions(engine: str) -> tuple[str, ...]:
     """The engine's releases on the package index, newest first (``pip index versions``)."""
-    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", PACKAGE[engine]], capture_output=True,
+    return distribution_versions(PACKAGE[engine])
+
+
+@functools.lru_cache(maxsize=None)
+def distribution_versions(distribution: str) -> tuple[str, ...]:
+    """A distribution's releases on the package index, newest first (``pip index versions``): the engines' and,
+    for the trainer axis, the trainers'."""
+    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", distribution], capture_output=True,
                           text=True, check=False, env=_pip_env())
     line = next((l for l in done.stdout.splitlines() if l.startswith("Available versions:")), None)
     if line is None:
-        raise ReleaseNotFound(f"the package index lists no releases of {PACKAGE[engine]} "
+        raise ReleaseNotFound(f"the package index lists no releases of {distribution} "
                               f"({(done.stderr.strip().splitlines() or ['?'])[-1]})")
     return tuple(v.strip() for v in line.split(":", 1)[1].split(","))
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import contracts
 from contracts.engines.environments import EnvironmentBuildError, _installer, _step, _uv, envs_root, release_order
-from contracts.engines.recipes import CPU_TORCH, CUDA_STACKS, IMPORT_TO_DIST, Recipe, ReleaseNotFound, canonical
+from contracts.engines.recipes import (CPU_TORCH, CUDA_STACKS, IMPORT_TO_DIST, Recipe, ReleaseNotFound, canonical,
+                                       distribution_versions, wheels_dir)
 
 BUILDER = "trainer-uv-3"
 DISTRIBUTION = {"speculators": "speculators", "specforge": "specforge", "modelopt": "nvidia-modelopt"}
@@ -61,25 +62,13 @@ class TrainerBuildError(RuntimeError):
 
 def releases(trainer: str) -> list[str]:
     """The trainer's releases on the package index since ``FIRST``, oldest first."""
-    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", DISTRIBUTION[trainer]],
-                          capture_output=True, text=True, check=False, env=_pip_env())
-    line = next((l for l in done.stdout.splitlines() if l.startswith("Available versions:")), None)
-    if line is None:
-        raise ReleaseNotFound(f"the package index lists no releases of {DISTRIBUTION[trainer]}")
     first = release_order(FIRST[trainer])
-    versions = [v.strip() for v in line.split(":", 1)[1].split(",")]
-    return sorted((v for v in versions if release_order(v) >= first and not re.search(r"[a-z]", v)),
-                  key=release_order)
-
-
-def _pip_env() -> dict:
-    env = dict(os.environ)
-    env.pop("PIP_CONSTRAINT", None)
-    return env
+    return sorted((v for v in distribution_versions(DISTRIBUTION[trainer])
+                   if release_order(v) >= first and not re.search(r"[a-z]", v)), key=release_order)
 
 
 def _sources() -> Path:
-    return envs_root() / "wheels" / "trainer-sources"
+    return wheels_dir() / "trainer-sources"
 
 
 def _sdist_requirements(trainer: str, version: str) -> tuple[list[str], Path]:
