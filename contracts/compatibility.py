@@ -132,6 +132,11 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
         if rows and all(r["status"] == "error" for r in rows) and "error" not in entry:
             entry["error"] = stopped or rows[0]["summary"]
         doc["releases"][spec] = entry
+    previous = doc.get("last_sweep") or {}
+    if len(previous.get("engines", [])) > len(specs):  # a re-sweep of a few rows: the full sweep's figures stay
+        doc["full_sweep"] = doc.get("full_sweep") or previous
+    else:
+        doc.pop("full_sweep", None)
     doc["last_sweep"] = {"engines": specs, "workers": workers, "wall_s": round(wall, 1)}
     return doc
 
@@ -187,11 +192,15 @@ def render(doc: dict) -> str:
     if doc.get("caveats"):  # verdicts known to be the suite's own defect, until it is fixed and the rows re-swept
         out += ["", "**Known defects of this table** (the suite's, not the engines'):", ""]
         out += [f"- {c}" for c in doc["caveats"]]
-    if doc.get("last_sweep"):
-        last = doc["last_sweep"]
-        out += ["", f"Last sweep: {len(last['engines'])} release(s) in {last['wall_s']:.0f} s with "
-                    f"{last['workers']} pytest-xdist worker(s)" + (f" over {last['jobs']} jobs" if last.get("jobs") else "")
-                + "."]
+    def sweep_line(label, last):
+        return (f"{label}: {len(last['engines'])} release(s) in {last['wall_s']:.0f} s with {last['workers']} "
+                f"pytest-xdist worker(s)" + (f" over {last['jobs']} jobs" if last.get("jobs") else ""))
+
+    if doc.get("full_sweep"):
+        out += ["", sweep_line("Last full sweep", doc["full_sweep"]) + "; "
+                + sweep_line("re-swept since", doc["last_sweep"]) + f" ({', '.join(doc['last_sweep']['engines'])})."]
+    elif doc.get("last_sweep"):
+        out += ["", sweep_line("Last sweep", doc["last_sweep"]) + "."]
     out += ["", "## Which releases serve each draft as trained", "",
             "\"no\" lists the contracts that fail as root causes (the per-draft tables below have every verdict).", "",
             "| release | " + " | ".join(subjects) + " |", "|---|" + "---|" * len(subjects)]

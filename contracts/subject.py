@@ -243,6 +243,7 @@ class Subject:
         return observation
 
     def run(self, only: list[str] | None = None) -> list[Result]:
+        from contracts.engines.errors import ReplayError
         from contracts.refusals import DRAFT_ARCHITECTURE_FIX, fix_for_refusal
 
         selected = select(only)
@@ -271,6 +272,8 @@ class Subject:
             except TargetRefused as e:  # the engine cannot build the target: this contract cannot be judged here
                 results.append(Result(c.id, SKIP, f"not judged: the engine cannot build the target: {e}",
                                       {"engine_error": str(e)}))
+            except ReplayError as e:  # this suite cannot replay that part of the engine on this release
+                results.append(Result(c.id, SKIP, f"not judged: {e}", {"replay_error": str(e)}))
         return mark_causes(results)
 
     def result(self, contract_id: str, only: list[str] | None = None) -> Result:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,3 +179,40 @@ def test_chunked_fingerprints_match_whole_tensor_and_find_the_row(tmp_path):
     # rounded to bfloat16 the 1e-3 change on a value of order 1 may vanish: compared in the coarser dtype
     assert compare_file_tensors((tmp_path / "a.safetensors", "w"), (tmp_path / "a.safetensors", "w"),
                                 "bfloat16")["rows_differing"] == 0
+
+
+def test_a_failure_of_the_suites_own_replay_is_not_judged(monkeypatch, run_contract):
+    """SGLang 0.5.3.post2/.post3 ship ``eagle_worker_v2`` without ``EagleDraftWorker``; the adapter's replay raised
+    an AttributeError of its own there and embed-head read the untouched draft as one whose embedding the engine
+    never wrote (a false fail in the compatibility table). A replay that cannot run on a release is not judged."""
+    import types
+
+    from contracts.engines.sglang import shims
+
+    real = shims.import_with_kernel_stand_in
+    monkeypatch.setattr(shims, "import_with_kernel_stand_in", lambda name, optional=False: types.ModuleType(name)
+                        if name.endswith("eagle_worker_v2") else real(name, optional=optional))
+    monkeypatch.setattr(shims, "import_eagle_worker_v1", lambda: types.ModuleType("eagle_worker_of_no_release"))
+    result = run_contract(DRAFTS["specforge"], "embed-head")
+    assert result.status == "skip", result
+    assert result.summary.startswith("not judged: this suite's replay of SGLang's EAGLEWorker.__init__")
+    assert "AttributeError" in result.evidence["replay_error"]
+
+
+def test_an_error_is_the_engines_only_when_its_own_code_raised_it(tmp_path):
+    import sglang
+
+    from contracts.engines.errors import raised_by_engine
+
+    def raise_from(filename):
+        try:
+            exec(compile("raise RuntimeError('x')", filename, "exec"))  # noqa: S102
+        except RuntimeError as e:
+            return e
+
+    engine_file = str(Path(sglang.__file__).parent / "srt" / "speculative" / "eagle_worker.py")
+    assert raised_by_engine(raise_from(engine_file), "sglang")
+    assert not raised_by_engine(raise_from(engine_file), "vllm")
+    assert not raised_by_engine(raise_from(str(Path(__file__))), "sglang")  # neither: not the engine's
+    from contracts.engines import errors
+    assert not raised_by_engine(raise_from(errors.__file__), "sglang")

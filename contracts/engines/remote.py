@@ -117,7 +117,7 @@ class WorkerEngine:
             raise WorkerError(f"{self.spec} worker broke the protocol: {line[:200]!r}") from None
 
     def _call(self, op: str, **args):
-        from contracts.engines.errors import EngineBuildError, TargetBuildError
+        from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
 
         self._start()
         self._next += 1
@@ -132,6 +132,8 @@ class WorkerEngine:
                 raise TargetBuildError(message)
             if kind == "EngineBuildError":
                 raise EngineBuildError(message)
+            if kind == "ReplayError":
+                raise ReplayError(message)
             raise WorkerError(f"{self.spec} worker: {message}")
         return DECODE[op](reply["result"])
 

@@ -3,7 +3,8 @@ parent process.
 
 Protocol (one JSON object per line): the parent writes ``{"id", "op", "args"}`` to stdin; the worker answers
 ``{"id", "result": <observation dict>}`` or ``{"id", "error": {"kind", "message"}}`` where ``kind`` is
-``EngineBuildError`` / ``TargetBuildError`` (the engine's own refusal, an observation) or ``internal``.
+``EngineBuildError`` / ``TargetBuildError`` (the engine's own refusal, an observation), ``ReplayError`` (this
+suite's replay cannot run on this release: not judged) or ``internal``.
 The first line the worker writes is ``{"ready": {"name", "version"}}``. Anything the engine prints goes to
 stderr: the protocol has stdout to itself.
 
@@ -21,7 +22,7 @@ OPS = ("load", "aux", "config", "embed_head", "forward", "surface")
 
 
 def _answer(engine, request: dict) -> dict:
-    from contracts.engines.errors import EngineBuildError, TargetBuildError
+    from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
 
     op, args = request.get("op"), request.get("args") or {}
     if op not in OPS:
@@ -32,6 +33,8 @@ def _answer(engine, request: dict) -> dict:
         return {"error": {"kind": "TargetBuildError", "message": str(e)}}
     except EngineBuildError as e:
         return {"error": {"kind": "EngineBuildError", "message": str(e)}}
+    except ReplayError as e:
+        return {"error": {"kind": "ReplayError", "message": str(e)}}
     except Exception as e:  # a bug of this suite on this release: the parent reports it in one line
         return {"error": {"kind": "internal", "message": f"{type(e).__name__}: {e}",
                           "traceback": traceback.format_exc()[-4000:]}}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
-from contracts.engines.errors import EngineBuildError, TargetBuildError
+from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError, raised_by_engine
 from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM, _LoadTracer, build_model, load_traced
 from contracts.engines.held_tensors import held, materialise
 from contracts.observations import TensorFate
@@ -115,7 +115,7 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
     error, wiring = None, "EagleDraftWorker.init_lm_head"
     with torch.no_grad(), cuda_synchronize_is_a_no_op():
         try:
-            if v2 is not None:
+            if hasattr(v2, "EagleDraftWorker"):  # (0.5.3.post2/.post3 have eagle_worker_v2 without it: inline)
                 EagleDraftWorker = v2.EagleDraftWorker
                 if hasattr(EagleDraftWorker, "_resolve_shared_embed_and_head"):  # 0.5.23's init_lm_head calls it
                     worker._resolve_shared_embed_and_head = types.MethodType(
@@ -123,11 +123,16 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
                 EagleDraftWorker.init_token_map(worker)  # the engine's own: hot_token_id (None for EAGLE-3)
                 EagleDraftWorker.init_lm_head(worker)
             else:
-                wiring = _wire_inline(worker)
-        except Exception as e:  # the engine's own refusal is the observation
+                wiring = INLINE_WIRING
+                _wire_inline(worker)
+        except Exception as e:  # the engine's own refusal is the observation; a failure of the replay is not
+            if not raised_by_engine(e, "sglang"):
+                raise ReplayError(f"this suite's replay of SGLang's {wiring} failed on SGLang {engine_version()}: "
+                                  f"{type(e).__name__}: {e}") from None
             error = f"{type(e).__name__}: {e}"
-    for method in TRACED_DRAFT_METHODS:
-        draft.__dict__.pop(method, None)
+        finally:
+            for method in TRACED_DRAFT_METHODS:
+                draft.__dict__.pop(method, None)
 
     return types.SimpleNamespace(mc=mc, draft=draft, tracer=tracer, fates=fates, target=target,
                                  target_mc=target_mc, has_weights=has_weights, target_loaded=target_loaded,
@@ -135,7 +140,10 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
                                  own_embed=own_embed, own_head=own_head, wiring=wiring)
 
 
-def _wire_inline(worker) -> str:
+INLINE_WIRING = "EAGLEWorker.__init__ (its embed/head statements)"
+
+
+def _wire_inline(worker) -> None:
     """0.5.3: the same wiring, inline in ``EAGLEWorker.__init__``: its hot-token-map statement, then its
     statements from ``get_embed_and_head()`` through the ``set_embed`` branch (the draft worker's own
     construction between them is not run: the stand-in already holds the loaded draft)."""
@@ -155,7 +163,6 @@ def _wire_inline(worker) -> str:
     run_method_statements(worker_cls, "__init__", says("get_embed_and_head()"),
                           lambda node: isinstance(node, ast.If) and "set_embed" in ast.unparse(node),
                           {"self": worker})
-    return "EAGLEWorker.__init__ (its embed/head statements)"
 
 
 def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
