@@ -176,6 +176,54 @@ def test_a_reduced_vocab_draft_without_lm_head_gets_the_targets_full_head(broken
     assert "declares draft_vocab_size 64 but is served with a head of 512 rows" in result.summary
 
 
+def _real_size_drafter(root, *, with_embed: bool, target_weights: bool):
+    """A draft above the meta-device threshold (hidden 2048, vocabulary 32000: ~70 M parameters, so it is traced
+    on ``meta``) in sparse safetensors files (zeros, no disk cost), and a target of its width: its config alone,
+    or with an embedding and head file (zeros too: equal to the draft's embedding)."""
+    import sys
+
+    sys.path.insert(0, str(FIXTURES.parent / "benchmarks"))
+    from bench_check import drafter, write_sparse_safetensors
+
+    hidden, vocab = 2048, 32000
+    drafter(root / "draft", hidden=hidden, vocab=vocab, draft_vocab=8000, heads=16, kv_heads=4, inter=4096,
+            layer_prefix="midlayer", with_embed=with_embed, ids=[1, 2, 3])
+    target = root / "target"
+    target.mkdir()
+    cfg = json.loads((TARGET / "config.json").read_text())
+    cfg.update(hidden_size=hidden, intermediate_size=4096, num_attention_heads=16, num_key_value_heads=4,
+               head_dim=128, vocab_size=vocab, dtype="bfloat16", torch_dtype="bfloat16")
+    (target / "config.json").write_text(json.dumps(cfg))
+    if target_weights:
+        write_sparse_safetensors(target / "model.safetensors", {
+            "model.embed_tokens.weight": ([vocab, hidden], "bfloat16"),
+            "lm_head.weight": ([vocab, hidden], "bfloat16")}, {})
+    return root / "draft", target
+
+
+def test_a_real_size_draft_is_wired_without_a_wiring_error_of_ours(tmp_path):
+    """vLLM's sharing steps read the draft's vocabulary tensors by value (``.cpu()``, ``torch.equal``); on a draft
+    traced on ``meta`` that raised "Cannot copy out of meta tensor", reported as vLLM's wiring failing (a false
+    fail on every real-size draft). A config-only target's embedding and head are storage-free stand-ins."""
+    draft, target = _real_size_drafter(tmp_path, with_embed=False, target_weights=False)
+    result = judge("embed-head", draft, target=target)
+    assert result.status == "pass", result
+    assert "wiring_error" not in result.evidence
+    assert result.evidence["embedding"]["from"] == "target (_maybe_share_embeddings)"
+    assert result.evidence["head"]["from"] == "checkpoint"
+
+
+def test_a_real_size_embedding_identical_to_the_targets_is_shared(tmp_path):
+    """Where vLLM's comparison can come out true (same shape, a target with weights) it gets the draft's checkpoint
+    values: an embedding equal to the target's is shared, as vLLM shares it."""
+    draft, target = _real_size_drafter(tmp_path, with_embed=True, target_weights=True)
+    result = judge("embed-head", draft, target=target)
+    assert result.status == "pass", result
+    assert "wiring_error" not in result.evidence
+    assert result.evidence["wiring"]["calls"] == ["_maybe_share_embeddings"]
+    assert result.evidence["embedding"]["same_object_as"] == "target:model.embed_tokens.weight"
+
+
 # --- config -----------------------------------------------------------------------------------------------
 
 def test_vllm_honours_norm_before_residual():

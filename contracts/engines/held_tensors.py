@@ -13,16 +13,34 @@ from contracts.fingerprint import chunk_rows_for, fingerprint, tensor_chunks
 from contracts.observations_wiring import HeldTensor
 
 
-def materialise(model, param) -> None:
-    """Give one meta parameter real CPU storage holding the NaN sentinel, keeping the engine's attributes on it."""
+def materialise(model, param, lazily: bool = False) -> None:
+    """Give one meta parameter real CPU storage holding the NaN sentinel, keeping the engine's attributes on it
+    (``lazily``: a ``stand_in`` instead, for a tensor no file will be loaded into)."""
     import torch
 
     for module in model.modules():
         if getattr(module, "weight", None) is param and param.is_meta:
+            if lazily:
+                module.weight = stand_in(param)
+                continue
             real = torch.nn.Parameter(torch.full(param.shape, float("nan"), dtype=param.dtype),
                                       requires_grad=param.requires_grad)
             real.__dict__.update(param.__dict__)  # weight_loader, input_dim, output_dim (set_weight_attrs)
             module.weight = real
+
+
+def stand_in(param):
+    """A parameter of PARAM's shape, dtype and engine attributes that reads as the NaN sentinel everywhere, held
+    in one element (stride 0): what a vocabulary tensor nothing gives values to (a target given as its config
+    alone, a draft built on ``meta``) needs for an engine's wiring to read it (``.cpu()``, ``torch.equal``,
+    shapes, an embedding lookup) without a full-size allocation (1 GB per tensor at a Llama-3.1-8B vocabulary).
+    It is never written to: a load into it raises, so only tensors no file is loaded into get one."""
+    import torch
+
+    values = torch.full((), float("nan"), dtype=param.dtype).expand(param.shape)
+    real = torch.nn.Parameter(values, requires_grad=False)
+    real.__dict__.update(param.__dict__)
+    return real
 
 
 def owner_rows(models, param) -> int:

@@ -57,7 +57,10 @@ def unwritten_fraction(p, meta_written: dict | None = None, name: str | None = N
         return 0.0
     if p.is_meta:
         return max(0.0, 1.0 - (meta_written or {}).get(name, 0) / p.numel())
-    return float(torch.isnan(p.detach()).float().mean())
+    rows = p.detach().reshape(p.shape[0], -1) if p.dim() else p.detach().reshape(1, 1)
+    step = max(1, (1 << 24) // max(1, rows.shape[1]))  # ~16M elements a chunk: no full-size bool/float copy
+    nan = sum(int(torch.isnan(rows[i:i + step]).sum()) for i in range(0, rows.shape[0], step))
+    return nan / p.numel()
 
 
 def checkpoint_elements(ckpt: Checkpoint) -> int:

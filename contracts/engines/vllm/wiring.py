@@ -13,13 +13,14 @@ on ``meta`` with only its embedding and head given storage and loaded by its own
 
 from __future__ import annotations
 
+import contextlib
 import json
 import types
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
-from contracts.engines.errors import EngineBuildError, TargetBuildError
-from contracts.engines.held_tensors import held, materialise
+from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError, raised_by_engine
+from contracts.engines.held_tensors import held, materialise, stand_in
 from contracts.engines.scaling import estimated_elements
 from contracts.engines.vllm.context import engine_version, on_device
 from contracts.engines.vllm.loader import EMBED_PARAM, HEAD_PARAM, LoadTracer, engine_map, load_traced
@@ -63,16 +64,17 @@ def _vocab_params(target) -> list:
 
 
 def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None]:
-    """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``."""
+    """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``. A target given
+    as its config alone has nothing to load: its vocabulary tensors are NaN stand-ins without storage."""
     import torch
 
+    ckpt = Checkpoint.open(target_dir, require_weights=False)
     for p in _vocab_params(target):
         if p.is_meta:
-            materialise(target, p)
+            materialise(target, p, lazily=not ckpt.has_weights)
         else:  # a target built on CPU: the same sentinel, so what the target's files never wrote shows
             with torch.no_grad():
                 p.fill_(float("nan"))
-    ckpt = Checkpoint.open(target_dir, require_weights=False)
     if not ckpt.has_weights:
         return False, {}, None
     keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
@@ -81,13 +83,47 @@ def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, st
     return True, {k: f.reached for k, f in fates.items()}, error
 
 
+@contextlib.contextmanager
+def readable_draft_vocab(draft, target, ckpt, fates, target_has_weights: bool):
+    """For the wiring only, give a draft built on ``meta`` vocabulary tensors vLLM's sharing steps can read: they
+    compare them with the target's by value (``torch.equal(target.weight.cpu(), draft.weight.cpu())``), which a
+    meta tensor cannot answer ("Cannot copy out of meta tensor": a wiring failure of our making, not vLLM's).
+    Where that comparison can come out true (a target with weights, a tensor of the same shape) the draft's tensor
+    gets its checkpoint values through vLLM's own ``load_weights``; everywhere else it cannot (shapes differ, or
+    the target's are never-written NaN), so a storage-free NaN stand-in gives vLLM the same answer. The meta
+    parameters are put back afterwards wherever the draft still holds a substitute, so the evidence is recorded
+    on the parameters the load traced."""
+    target_shapes = {tuple(p.shape) for p in _vocab_params(target) if not p.is_meta}
+    swapped, seen = [], set()
+    for name, module in ((EMBED_PARAM, draft.model.embed_tokens), (HEAD_PARAM, draft.lm_head)):
+        p = module.weight
+        if not p.is_meta or id(module) in seen:
+            continue
+        seen.add(id(module))
+        compared = target_has_weights and tuple(p.shape) in target_shapes
+        if compared:
+            materialise(draft, p)
+        else:
+            module.weight = stand_in(p)
+        swapped.append((module, p, module.weight))
+        if compared:
+            keys = [f.key for f in fates.values() for c in f.calls if c.param == name and c.error is None]
+            draft.load_weights((k, ckpt.load_tensor(k)) for k in keys)
+    try:
+        yield
+    finally:
+        for module, original, substitute in swapped:
+            if module.weight is substitute:
+                module.weight = original
+
+
 def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
     """Load the draft in ENGINE_DIR and run vLLM's proposer wiring to the target in TARGET_DIR; the live objects
     (``observe_embed_head`` reports on them; the forward-parity replay runs the wired draft)."""
     import torch
     from vllm.config import set_current_vllm_config
 
-    _, configs, draft, tracer, fates, _ = load_traced(engine_dir, target_dir, dtype)
+    ckpt, configs, draft, tracer, fates, _ = load_traced(engine_dir, target_dir, dtype)
     target = build_target(configs)
     has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
     own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)
@@ -107,8 +143,12 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
                     if (draft.model.embed_tokens, draft.lm_head) != before:
                         calls.append(_step)
                 setattr(proposer, step, traced)
-            proposer.load_model(target)
-        except Exception as e:  # the engine's own refusal is the observation
+            with readable_draft_vocab(draft, target, ckpt, fates, has_weights):
+                proposer.load_model(target)
+        except Exception as e:  # the engine's own refusal is the observation; a failure of the replay is not
+            if not raised_by_engine(e, "vllm"):
+                raise ReplayError(f"this suite's replay of vLLM's EagleProposer.load_model failed on vLLM "
+                                  f"{engine_version()}: {type(e).__name__}: {e}") from None
             error = f"{type(e).__name__}: {e}"
     return types.SimpleNamespace(configs=configs, draft=draft, tracer=tracer, fates=fates, target=target,
                                  has_weights=has_weights, target_loaded=target_loaded, target_error=target_error,
