@@ -168,6 +168,8 @@ def _hf_indices(target_dir: Path, captured, hidden: int, input_ids) -> list[int]
 def _ids_for(model, owner, wanted: list[int]) -> list[int] | None:
     """Ask the engine's hook which explicit ids make it capture exactly ``wanted`` (tries id and id-1)."""
     saved = list(owner.layers_to_capture)
+    flags = {m: m.__dict__["capture_aux_hidden_states"] for m in (model, owner)
+             if "capture_aux_hidden_states" in m.__dict__}  # the hook also switches capture on: put it back
     try:
         for candidate in ([w - 1 for w in wanted], list(wanted)):
             model.set_eagle3_layers_to_capture(candidate)
@@ -175,6 +177,8 @@ def _ids_for(model, owner, wanted: list[int]) -> list[int] | None:
                 return candidate
     finally:
         owner.layers_to_capture = saved
+        for m, flag in flags.items():
+            m.capture_aux_hidden_states = flag
     return None
 
 
@@ -266,6 +270,9 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
             obs.configure_error = f"{type(e).__name__}: {e}"
         owner = _capture_owner(model)
         obs.layers_to_capture = list(owner.layers_to_capture) if owner is not None else None
+        # asked of the hook alone, before any forward: known even where the tiny forward cannot run on a CPU
+        if trainer_hf_indices and owner is not None and obs.configure_error is None and obs.use_aux_hidden_state:
+            obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
         input_ids = torch.tensor([i % vocab for i in INPUT_IDS])
         try:
             out = target_forward(model, target_mc.hf_config, torch.float32, input_ids)
@@ -282,8 +289,6 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         obs.tiny_hidden_size = hidden
         if own_weights and obs.layers_to_capture:
             obs.hf_indices = _hf_indices(target_dir, captured, hidden, input_ids)
-        if trainer_hf_indices and owner is not None and obs.configure_error is None:
-            obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
         _observe_draft(obs, tiny_draft, captured)
         return obs
     finally:

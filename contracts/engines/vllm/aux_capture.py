@@ -243,6 +243,9 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         owner = _capture_owner(model)
         obs.layers_to_capture = list(owner.aux_hidden_state_layers) if owner is not None and \
             obs.use_aux_hidden_state and obs.configure_error is None else []
+        # asked of the hook alone, before any forward: known even where the tiny forward cannot run on a CPU
+        if trainer_hf_indices and owner is not None and obs.configure_error is None:
+            obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
         vocab = int(configs.target.get_vocab_size())
         input_ids = torch.tensor([i % vocab for i in INPUT_IDS])
         try:
@@ -259,8 +262,6 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         if aux:
             obs.hf_indices = _positions(aux, stream)
             obs.hf_indices_from = "matched against the target's own layer outputs in vLLM (hidden_states numbering)"
-        if trainer_hf_indices and owner is not None and obs.configure_error is None:
-            obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
         _observe_draft(obs, configs, captured, input_ids)
         return obs
     finally:
