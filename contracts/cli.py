@@ -4,12 +4,13 @@
                            [--format text|json|junit|markdown] [--output FILE] [--strict]
     eagle3-contracts check --examples [--engine sglang==X]   (every bundled trainer-built draft)
     eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,sglang==B [--format text|json|markdown]
-    eagle3-contracts convert --to sglang SRC DST
+    eagle3-contracts convert --to sglang|vllm SRC DST --target DIR [--engine E==X] [--trainer T] [--verbatim]
     eagle3-contracts build-tiny --trainer speculators|specforge|modelopt --out DIR [--target DIR]
                                 (a tiny draft built by the trainer release installed here; `check DIR` judges it)
 
 Exit codes: 0 every contract holds (warnings allowed unless --strict; for matrix: at least one engine serves
-the draft as trained), 1 a contract fails (matrix: no engine serves it), 2 the input or the invocation is
+the draft as trained; for convert: the engine serves DST as trained), 1 a contract fails (matrix: no engine
+serves it; convert: DST is still not served as trained, and why), 2 the input or the invocation is
 unusable (one line on stderr, nothing written). ``--engine sglang==X`` for a release other than the one
 installed here runs the engine side in that release's cached environment (contracts.engines.environments).
 """
@@ -68,11 +69,23 @@ def _parser() -> argparse.ArgumentParser:
                                     "made by transformers into DIR/target)")
     b.add_argument("--no-reference", action="store_true",
                    help="skip the trainer's reference forward (forward-parity is then not judged)")
-    v = sub.add_parser("convert", help="write the config SGLang reads for a speculators checkpoint")
-    v.add_argument("--to", choices=("sglang",), required=True)
-    v.add_argument("src")
-    v.add_argument("dst")
-    v.add_argument("--copy", action="store_true", help="copy the weight files instead of symlinking them")
+    v = sub.add_parser("convert", help="write the copy of a draft that an engine release serves as trained, and "
+                                       "judge that copy with every contract")
+    v.add_argument("--to", choices=("sglang", "vllm"), help="the engine to serve with (default: --engine's)")
+    v.add_argument("src", help="draft checkpoint directory (never written)")
+    v.add_argument("dst", help="output directory (new or empty)")
+    v.add_argument("--target", help="target model directory (config.json; weights optional): the aux layer ids are "
+                                    "read off the engine's capture of this target class")
+    v.add_argument("--engine", help="the release to convert for: sglang (installed here), sglang==X, vllm or vllm==X "
+                                    "(default: the --to engine)")
+    v.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"),
+                   help="the library that trained a flat-config draft (whose layer convention the ids follow)")
+    v.add_argument("--verbatim", action="store_true",
+                   help="the naive copy (speculators' config flattened, aux ids as saved), as a hand conversion "
+                        "writes it; still judged")
+    v.add_argument("--link", action="store_true", help="symlink the weight files instead of copying them")
+    v.add_argument("--copy", action="store_true", help=argparse.SUPPRESS)  # the default since convert deploys
+    v.add_argument("--format", choices=FORMATS, default="text", help="format of the verdicts on DST")
     return p
 
 
@@ -214,12 +227,37 @@ def _finish_examples(reports: list[dict], args) -> int:
 
 
 def _run_convert(args) -> int:
-    from contracts.convert import convert_to_sglang
+    """Write DST for the engine release, judge it there; exit 1 when it is still not served as trained."""
+    from contracts.conversion import convert
+    from contracts.engines import EngineSpecError, parse_spec
+    from contracts.report import render
 
-    dst = convert_to_sglang(args.src, args.dst, link=not args.copy)
-    print(f"wrote {dst / 'config.json'} (tensors {'copied' if args.copy else 'linked'} unchanged from {args.src})",
-          file=sys.stderr)
-    return 0
+    try:
+        to = args.to or (parse_spec(args.engine)[0] if args.engine else None)
+    except EngineSpecError as e:
+        raise UsageError(str(e)) from None
+    if to is None:
+        raise UsageError("convert: give --to sglang|vllm (or --engine NAME==VERSION)")
+    engine = args.engine or to
+    _check_engine(engine)
+    c = convert(args.src, args.dst, to=to, target=args.target, engine=engine, trainer=args.trainer,
+                verbatim=args.verbatim, link=args.link)
+    label = f"{c.report['engine']['name']} {c.report['engine']['version']}"
+    weights = f"{len(c.renames)} tensor(s) renamed, values unchanged" if c.renames else "unchanged"
+    print(f"wrote {c.dst} for {label} ({c.form}): config.json, weight files {'linked' if args.link else 'copied'} "
+          f"from {c.src} ({weights})", file=sys.stderr)
+    for note in c.notes:
+        print(f"  {note}", file=sys.stderr)
+    _emit(render([c.report], args.format), None)
+    if c.served_as_trained:
+        skipped = [r["contract"] for r in c.report["results"] if r["status"] == "skip"]
+        print(f"{c.dst}: {label} serves it as trained: no contract fails"
+              + (f" (not judged: {', '.join(skipped)})" if skipped else ""), file=sys.stderr)
+        return 0
+    print(f"{c.dst}: NOT served as trained by {label}:", file=sys.stderr)
+    for why in c.not_faithful:
+        print(f"  - {why[:600]}", file=sys.stderr)
+    return 1
 
 
 def _run_build_tiny(args) -> int:

@@ -1,10 +1,12 @@
-"""The conversion a user would otherwise write by hand: a speculators checkpoint (nested config,
-architecture ``Eagle3Speculator``/``Eagle3DraftModel``) into the flat config SGLang reads.
+"""The conversion a user would otherwise write by hand (``convert --verbatim``): a speculators checkpoint (nested
+config, architecture ``Eagle3Speculator``/``Eagle3DraftModel``) into the flat config SGLang reads.
 
 It flattens ``transformer_layer_config``, names SGLang's draft class, puts the aux layer ids under
 ``eagle_config`` verbatim, and carries over every key that changes the math (norm flags, rope, dtype) so
-the contracts can judge whether the engine honours them. It renames no tensor and changes no value:
-finding naming and semantic mismatches is the contracts' job, not the converter's. SRC is never written.
+the contracts can judge whether the engine honours them. It renames no tensor and changes no value: this is the
+form ``check`` judges a speculators checkpoint in on SGLang, so a report shows what a hand conversion gets wrong.
+The copy to deploy is ``contracts.conversion``'s, which also uses the header-only tensor renames below. SRC is
+never written.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
@@ -80,3 +83,25 @@ def convert_to_sglang(src, dst, *, link: bool = True) -> Path:
         shutil.copy2(item, target)
     (dst / "config.json").write_text(json.dumps(flat, indent=2, sort_keys=True) + "\n")
     return dst
+
+
+def write_renamed_safetensors(src: Path, dst: Path, renames: dict[str, str]) -> None:
+    """Copy safetensors file SRC to DST with tensors renamed (old -> new): only the header changes (its
+    ``data_offsets`` are relative to the data section, so the data bytes are streamed over unchanged, in bounded
+    memory, whatever the file's size)."""
+    with src.open("rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        raw = json.dumps({renames.get(k, k): v for k, v in header.items()}, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)  # the data section stays 8-byte aligned, as safetensors writes it
+        with dst.open("wb") as g:
+            g.write(struct.pack("<Q", len(raw)))
+            g.write(raw)
+            shutil.copyfileobj(f, g, 16 << 20)
+
+
+def write_renamed_index(src: Path, dst: Path, renames: dict[str, str]) -> None:
+    """A ``*.index.json`` with its ``weight_map`` keys renamed (old -> new)."""
+    index = json.loads(src.read_text())
+    index["weight_map"] = {renames.get(k, k): v for k, v in index.get("weight_map", {}).items()}
+    dst.write_text(json.dumps(index, indent=2) + "\n")

@@ -69,7 +69,10 @@ def render_text(reports: list[dict]) -> str:
                    f"target {rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
                    f"{rep['duration_s']:.1f}s)")
         if (rep.get("judged_as") or {}).get("form") == "converted":
-            out.append(f"  judged in its converted form, as `{rep['judged_as']['command']}` writes it")
+            out.append(f"  judged in its verbatim conversion, as `{rep['judged_as']['command']}` (a hand conversion) "
+                       f"writes it; to deploy: `{rep['judged_as']['to_deploy']}`")
+        elif (rep.get("judged_as") or {}).get("form") == "after convert":
+            out.append(f"  judged in the copy `convert` wrote: {rep['judged_as']['directory']}")
         elif rep.get("judged_as"):
             out.append(f"  judged as saved: {rep['judged_as']['why']}")
         for r in rep["results"]:
@@ -90,8 +93,10 @@ def render_markdown(reports: list[dict]) -> str:
     for rep in reports:
         out.append(f"### {rep.get('name') or rep['checkpoint']}\n")
         out.append(f"engine {rep['engine']['name']} {rep['engine']['version']}, {rep['trainer_format']} checkpoint"
-                   + (f", judged in its converted form (`{rep['judged_as']['command']}`)"
+                   + (f", judged in its verbatim conversion (`{rep['judged_as']['command']}`)"
                       if (rep.get("judged_as") or {}).get("form") == "converted" else
+                      f", judged in the copy `convert` wrote ({rep['judged_as']['directory']})"
+                      if (rep.get("judged_as") or {}).get("form") == "after convert" else
                       f", judged as saved ({rep['judged_as']['why']})" if rep.get("judged_as") else "")
                    + "\n")
         out.append("| contract | status | summary | fix |\n|---|---|---|---|")

@@ -45,10 +45,14 @@ class Subject:
     # the transformers hidden_states indices the trainer trained on, when its build recorded them (build-tiny: read
     # off the installed release's own capture, which for some releases differs from the trainer's convention)
     trainer_hidden_states: list[int] | None = None
+    # the directory the engine reads when it is not the checkpoint itself: a ``convert`` output of this checkpoint
+    # (the verdicts are then about that copy; the trained facts, such as its config and aux ids, stay the checkpoint's)
+    served_as: Path | None = None
 
     def __post_init__(self):
         self.checkpoint_path = Path(self.checkpoint_path)
         self.target_path = None if self.target_path is None else Path(self.target_path)
+        self.served_as = None if self.served_as is None else Path(self.served_as)
         self._tmp: str | None = None
 
     @cached_property
@@ -67,7 +71,10 @@ class Subject:
 
     @cached_property
     def engine_dir(self) -> Path:
-        """The directory the engine reads: the checkpoint itself, or its converted copy for speculators."""
+        """The directory the engine reads: the checkpoint itself, a ``convert`` output of it, or (speculators on
+        SGLang) the verbatim conversion a user would write by hand."""
+        if self.served_as is not None:
+            return self.served_as
         if not self.converted:
             return self.checkpoint_path
         from contracts.convert import convert_to_sglang
@@ -115,21 +122,31 @@ class Subject:
     def converted(self) -> bool:
         """The engine reads a converted copy (a speculators checkpoint on SGLang, which cannot dispatch the saved
         format), not the directory as saved (vLLM reads speculators' format natively)."""
-        return self.trainer_format == "speculators" and self.engine_name == "sglang"
+        return self.served_as is None and self.trainer_format == "speculators" and self.engine_name == "sglang"
 
     def judged_as(self) -> dict | None:
-        """Which form of a speculators checkpoint the verdicts are about (flat configs: always as saved)."""
+        """Which form of the checkpoint the verdicts are about: a ``convert`` output, the hand (verbatim) conversion
+        of a speculators checkpoint on SGLang, or a speculators checkpoint as saved (flat configs as saved: None)."""
+        if self.served_as is not None:
+            return {"form": "after convert", "directory": str(self.served_as)}
         if self.trainer_format != "speculators":
             return None
         if self.converted:
-            return {"form": "converted", "command": self.convert_command()}
+            return {"form": "converted", "conversion": "verbatim", "command": self.convert_command(),
+                    "to_deploy": self.convert_command(verbatim=False)}
         return {"form": "as saved", "why": f"{self.engine_name} reads speculators' config format natively"}
 
-    def convert_command(self) -> str:
+    def convert_command(self, verbatim: bool = True) -> str:
+        """The hand conversion the verdicts judge (``--verbatim``), or the faithful one to deploy."""
         import shlex
 
         src = str(self.checkpoint_path).rstrip("/")
-        return f"eagle3-contracts convert --to sglang {shlex.quote(src)} {shlex.quote(src + '-sglang')}"
+        if verbatim:
+            return f"eagle3-contracts convert --to sglang --verbatim {shlex.quote(src)} {shlex.quote(src + '-sglang')}"
+        target = shlex.quote(str(self.target_path)) if self.target_path else "TARGET"
+        engine = f" --engine {self.engine}" if "==" in self.engine else ""
+        return (f"eagle3-contracts convert --to sglang {shlex.quote(src)} {shlex.quote(src + '-sglang')} "
+                f"--target {target}{engine}")
 
     @cached_property
     def saved_config_obs(self):

@@ -119,14 +119,15 @@ def test_speculators_checkpoint_says_it_is_judged_in_its_converted_form(capsys):
     config = doc["results"][0]
     assert config["status"] == "warn"
     assert "cannot serve this checkpoint as saved (architectures ['Eagle3DraftModel']" in config["summary"]
-    assert "converted form" in config["summary"]
-    command = f"eagle3-contracts convert --to sglang {path} {path}-sglang"
-    assert command in config["fix"]
-    assert doc["judged_as"] == {"form": "converted", "command": command}
+    assert "verbatim conversion" in config["summary"]
+    command = f"eagle3-contracts convert --to sglang --verbatim {path} {path}-sglang"
+    deploy = f"eagle3-contracts convert --to sglang {path} {path}-sglang --target {TARGET}"
+    assert command in config["summary"] and deploy in config["fix"]
+    assert doc["judged_as"] == {"form": "converted", "conversion": "verbatim", "command": command, "to_deploy": deploy}
     for fmt in ("text", "markdown"):
-        assert main(["check", str(path), "--only", "config", "--format", fmt]) == 0
+        assert main(["check", str(path), "--target", str(TARGET), "--only", "config", "--format", fmt]) == 0
         out = capsys.readouterr().out
-        assert "converted form" in out and command in out
+        assert "verbatim conversion" in out and command in out
     # a flat config is judged as saved
     _, doc, _ = run_json(capsys, DRAFTS["specforge"], "--only", "key-naming")
     assert "judged_as" not in doc

@@ -154,7 +154,10 @@ def _as_saved(subject, label, ev: dict) -> list[tuple[str, str]]:
         return []
     why = (saved.dispatch_error or f"it dispatches to {saved.draft_class}, no EAGLE-3 draft class")[:200]
     return [(f"{label} cannot serve this checkpoint as saved (architectures {saved_archs}: {why}); every "
-             f"verdict here is for its converted form", f"serve the converted form: {subject.convert_command()}")]
+             f"verdict here is for its verbatim conversion, as a hand conversion writes it "
+             f"(`{subject.convert_command()}`)",
+             f"deploy what `{subject.convert_command(verbatim=False)}` writes: the aux ids this release needs, "
+             f"verified by the contracts")]
 
 
 def _duplicate_keys(subject, ev: dict) -> list[tuple[str, str]]:

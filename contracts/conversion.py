@@ -1,0 +1,248 @@
+"""``eagle3-contracts convert``: the copy of a draft that one engine release, serving the target's class, serves
+as the trainer trained it, proven by the contracts run on that copy.
+
+Contract served: ``hidden-width``'s layer alignment, and every other contract by the verification. Prevents the
+converter's own misalignment: speculators' aux ids copied verbatim into SGLang's ``eagle_config`` capture
+``hidden_states[k+1]`` where speculators trained on ``hidden_states[k]``, so every draft token is rejected (the
+verbatim copy is what ``--verbatim`` still writes). The ids are never taken from a table: the engine's own capture
+is asked, on a tiny instance of the target class, which ids make it capture the ``hidden_states`` the trainer
+trained on (``AuxCaptureObservation.ids_for_trainer_layers``), because the rule differs per engine, release and
+target class (SGLang's DeepSeek family shifts only when the first id is 1; gpt-oss has its own rule). Tensors
+the release's loader drops as saved but, by its own probe, loads under another name are renamed (``layers.0.*`` ->
+``midlayer.*`` on SGLang 0.5.3-0.5.11; a safetensors header change). Switches the engine lacks are not papered
+over: the verification's ``config`` and ``forward-parity`` name them, and ``convert`` exits 1. SRC is never
+written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contracts.checkpoint import Checkpoint, InputError
+from contracts.convert import speculators_to_sglang_config, write_renamed_index, write_renamed_safetensors
+
+IDS = "eagle_aux_hidden_state_layer_ids"
+SGLANG_IDS_KEY = f"eagle_config.{IDS}"  # the only place SGLang reads explicit ids (top-level ones are ignored)
+
+
+@dataclass
+class Conversion:
+    src: Path
+    dst: Path
+    engine: str
+    form: str  # "faithful" or "verbatim"
+    config: dict
+    notes: list[str] = field(default_factory=list)  # what was written and why
+    not_faithful: list[str] = field(default_factory=list)  # why DST is not served as trained (empty: it is)
+    report: dict | None = None  # the contracts' report on DST (contracts.subject.report)
+    renames: dict = field(default_factory=dict)  # tensor old name -> new name, as the engine's loader asked
+
+    @property
+    def served_as_trained(self) -> bool:
+        return not self.not_faithful
+
+
+def base_config(ckpt: Checkpoint, to: str) -> dict:
+    """The config the engine reads before any alignment: SGLang cannot dispatch speculators' nested format, so it
+    gets the flat form (``contracts.convert``); vLLM reads both formats as saved."""
+    if to == "sglang" and ckpt.trainer_format == "speculators":
+        return speculators_to_sglang_config(ckpt.config)
+    return json.loads(json.dumps(ckpt.config))
+
+
+def with_ids(cfg: dict, key: str, ids: list[int]) -> dict:
+    """CFG with the aux ids written where the engine reads them (``key``: top level, or ``eagle_config.``)."""
+    cfg = json.loads(json.dumps(cfg))
+    if key == IDS:
+        cfg[IDS] = list(ids)
+    else:
+        cfg["eagle_config"] = {**(cfg.get("eagle_config") or {}), IDS: list(ids)}
+    return cfg
+
+
+def ids_read(cfg: dict, key: str) -> list[int] | None:
+    """The explicit aux ids the engine reads from CFG at ``key`` (None: its default applies)."""
+    return cfg.get(IDS) if key == IDS else (cfg.get("eagle_config") or {}).get(IDS)
+
+
+def _stage(src: Path, cfg: dict, into: Path, link: bool, renames: dict[str, str] | None = None) -> Path:
+    """A directory holding CFG as config.json and SRC's other files (symlinked, or copied with ``link=False``);
+    the weight files that hold a tensor in RENAMES (old -> new) and the index are rewritten with the new names."""
+    into.mkdir(parents=True, exist_ok=True)
+    renames = renames or {}
+    ckpt = Checkpoint.open(src)
+    rewritten = {ckpt.tensors[k].file for k in renames}
+    for item in sorted(src.iterdir()):
+        if item.name == "config.json" or not item.is_file():
+            continue
+        if item.name in rewritten:
+            write_renamed_safetensors(item, into / item.name, renames)
+            continue
+        if renames and item.name.endswith(".safetensors.index.json"):
+            write_renamed_index(item, into / item.name, renames)
+            continue
+        if link:
+            try:
+                os.symlink(item.resolve(), into / item.name)
+                continue
+            except OSError:
+                pass
+        shutil.copy2(item, into / item.name)
+    (into / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return into
+
+
+def _subject(src: Path, target: Path | None, engine: str, trainer: str | None, served_as: Path, **facts):
+    from contracts.subject import Subject
+
+    return Subject(src.name, src, target, trainer=trainer, engine=engine, served_as=served_as, **facts)
+
+
+def _observe_capture(src, cfg, target, engine, trainer, into: Path, facts: dict, renames: dict | None = None):
+    """The engine's capture for SRC's weights under CFG: (observation, the trainer's layers) or (None, why not)."""
+    from contracts.engines.errors import ReplayError
+    from contracts.subject import EngineRefused, TargetRefused
+
+    subject = _subject(src, target, engine, trainer, _stage(src, cfg, into, link=True, renames=renames), **facts)
+    try:
+        trained = subject.trainer_layers
+        if trained is None:
+            return None, "the target's config gives no num_hidden_layers, so the trained layers are unknown"
+        return (subject.aux, trained), None
+    except (EngineRefused, TargetRefused, ReplayError) as e:
+        return None, f"the engine's capture could not be observed: {e}"
+    finally:
+        subject.close()
+
+
+def align_aux_ids(src: Path, cfg: dict, target: Path, engine: str, trainer: str, facts: dict,
+                  scratch: Path, renames: dict | None = None) -> tuple[dict, list[str], list[str]]:
+    """CFG with the aux ids that make ENGINE capture the layers TRAINER trained on: kept when it already does (a
+    draft on its trainer's engine, or default ids), else the ids the engine's own hook reports for those layers.
+    Returns (config, notes, reasons it could not be aligned)."""
+    for attempt in (0, 1):
+        observed, why = _observe_capture(src, cfg, target, engine, trainer, scratch / f"try-{attempt}", facts,
+                                         renames)
+        if observed is None:
+            return cfg, [], [f"aux layer ids not aligned: {why}"]
+        aux, trained = observed
+        wanted, label = list(trained["hf_hidden_states"]), f"{aux.engine['name']} {aux.engine['version']}"
+        captured = aux.hf_indices or aux.layers_to_capture
+        if aux.configure_error or captured is None:
+            reason = aux.configure_error or aux.evidence_reason or "its capture could not be observed"
+            return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class or aux.target_architecture} "
+                             f"cannot be asked which layers it captures ({reason})"]
+        trained_on = f"{trained['name']} trained on hidden_states {wanted} (its ids {trained['ids']})"
+        if list(captured) == wanted:
+            written = ids_read(cfg, aux.ids_key or SGLANG_IDS_KEY)
+            note = (f"aux layer ids: wrote {written} ({label} then captures hidden_states {wanted}; {trained_on})"
+                    if attempt else f"aux layer ids kept as {written if written is not None else 'the default'}: "
+                    f"{label} with {aux.target_class} captures hidden_states {wanted}; {trained_on}")
+            return cfg, [note], []
+        if attempt or aux.ids_for_trainer_layers is None:
+            return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class} captures hidden_states "
+                             f"{list(captured)}, and no ids make it capture {wanted} ({trained_on})"]
+        cfg = with_ids(cfg, aux.ids_key or SGLANG_IDS_KEY, aux.ids_for_trainer_layers)
+    raise AssertionError("unreachable: the second observation always returns")
+
+
+def engine_renames(src: Path, cfg: dict, target: Path, engine: str, trainer: str, facts: dict,
+                   scratch: Path) -> tuple[dict[str, str], list[str], list[str]]:
+    """The tensor renames the engine's own loader asks for: each tensor it drops as saved that its probe (the same
+    tensor fed again under a candidate name) shows it loading under another name, such as a layer SGLang 0.5.3-0.5.11
+    names ``midlayer`` where the draft saved ``layers.0``. Only safetensors files are rewritten (a header change);
+    returns (renames, notes, reasons a drop stays)."""
+    from contracts.subject import EngineRefused
+
+    subject = _subject(src, target, engine, trainer, _stage(src, cfg, scratch / "names", link=True), **facts)
+    try:
+        load = subject.load
+    except EngineRefused:
+        return {}, [], []  # the verification reports the refusal
+    finally:
+        subject.close()
+    ckpt = Checkpoint.open(src)
+    present = set(ckpt.tensors)
+    dropped = {f.key for f in load.tensors if f.dropped}
+    renames, reasons = {}, []
+    for probe in load.probes:
+        if (probe.key in dropped and probe.key not in renames and probe.candidate and probe.config_change is None
+                and probe.reached and probe.candidate not in present):
+            if ckpt.tensors[probe.key].file.endswith(".safetensors"):
+                renames[probe.key] = probe.candidate
+            else:
+                reasons.append(f"{probe.key} loads only as {probe.candidate}, and it is in a pickle file "
+                               f"({ckpt.tensors[probe.key].file}), which convert does not rewrite")
+    notes = []
+    if renames:
+        label = f"{load.engine['name']} {load.engine['version']}"
+        shown = ", ".join(f"{k} -> {v}" for k, v in sorted(renames.items())[:4])
+        notes.append(f"renamed {len(renames)} tensor(s) ({shown}{', ...' if len(renames) > 4 else ''}): {label}'s "
+                     f"loader drops them as saved and loads them under these names (its own probe); values unchanged")
+    return renames, notes, reasons
+
+
+def _check_destination(src: Path, dst: Path) -> None:
+    if dst == src or src in dst.parents:
+        raise InputError(f"{dst}: the destination must be outside the source checkpoint")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise InputError(f"{dst}: destination exists and is not an empty directory")
+
+
+def convert(src, dst, *, to: str, target=None, engine: str | None = None, trainer: str | None = None,
+            verbatim: bool = False, link: bool = False, facts: dict | None = None) -> Conversion:
+    """Write the copy of SRC that ENGINE (default: the ``to`` engine as installed or pinned) serves as trained
+    into DST (new or empty), then judge DST with every contract on that engine. ``verbatim``: the naive copy (the
+    speculators config flattened, ids as saved), judged the same way. ``facts``: what a build record knows
+    (``trainer_aux_ids``, ``trainer_hidden_states``). Raises InputError before writing anything it cannot use."""
+    from contracts.conventions import TRAINERS
+    from contracts.engines import parse_spec
+    from contracts.subject import report
+
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    ckpt = Checkpoint.open(src)
+    _check_destination(src, dst)
+    engine = engine or to
+    if parse_spec(engine)[0] != to:
+        raise InputError(f"--engine {engine} is not a {to} release (--to {to})")
+    trainer = trainer or (ckpt.trainer_format if ckpt.trainer_format in TRAINERS else None)
+    target_path = None if target is None else Path(target).resolve()
+    if target_path is not None:
+        Checkpoint.open(target_path, require_weights=False)
+    if target_path is None:
+        raise InputError("convert: give --target DIR (its config.json is enough): the aux ids are read off the "
+                         "engine's capture of that target class, and the copy is judged against it")
+    if not verbatim and trainer is None:
+        raise InputError("convert: a flat config names no trainer, so the layers it trained on are unknown: pass "
+                         "--trainer speculators|specforge|modelopt (or --verbatim)")
+    facts = facts or {}
+    cfg = base_config(ckpt, to)
+    conversion = Conversion(src=src, dst=dst, engine=engine, form="verbatim" if verbatim else "faithful", config=cfg)
+    if to == "sglang" and ckpt.trainer_format == "speculators":
+        conversion.notes.append("config flattened from speculators' nested format (SGLang cannot dispatch it)")
+    renames = {}
+    if not verbatim:
+        scratch = Path(tempfile.mkdtemp(prefix="eagle3-contracts-convert-"))
+        try:
+            renames, notes, reasons = engine_renames(src, cfg, target_path, engine, trainer, facts, scratch)
+            conversion.notes += notes
+            conversion.not_faithful += reasons
+            cfg, notes, reasons = align_aux_ids(src, cfg, target_path, engine, trainer, facts, scratch, renames)
+            conversion.notes += notes
+            conversion.not_faithful += reasons
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        conversion.config = cfg
+    conversion.renames = renames
+    _stage(src, cfg, dst, link=link, renames=renames)
+    subject = _subject(src, target_path, engine, trainer, dst, **facts)
+    conversion.report = report(subject)
+    causes = [r for r in conversion.report["results"] if r["status"] == "fail" and r.get("root_cause", True)]
+    conversion.not_faithful += [f"{r['contract']}: {r['summary']}" + (f" (fix: {r['fix']})" if r.get("fix") else "")
+                                for r in causes]
+    return conversion
