@@ -224,6 +224,23 @@ def test_a_real_size_embedding_identical_to_the_targets_is_shared(tmp_path):
     assert result.evidence["embedding"]["same_object_as"] == "target:model.embed_tokens.weight"
 
 
+def test_a_target_class_vllm_cannot_build_on_meta_is_not_judged_as_a_refusal(tmp_path):
+    """vLLM's Kimi-K2.5 class moves its vision tower while it is built, which the meta device cannot do: at its real
+    size that is this suite's limit (not judged), not vLLM refusing the target."""
+    import sys
+
+    sys.path.insert(0, str(FIXTURES.parent / "benchmarks"))
+    from bench_check import drafter, targets
+
+    target = targets(tmp_path, FIXTURES.parent)["kimi-k25-target"]
+    drafter(tmp_path / "draft", hidden=7168, vocab=163840, draft_vocab=32000, heads=56, kv_heads=8, inter=18432,
+            layer_prefix="layers.0", with_embed=True, ids=[1, 29, 57])
+    result = judge("embed-head", tmp_path / "draft", target=target)
+    assert result.status == "skip", result
+    assert result.summary.startswith("not judged: vLLM's NotImplementedError building this target class on the meta")
+    assert "does not replay the embed/head wiring for a real-size target" in result.summary
+
+
 # --- config -----------------------------------------------------------------------------------------------
 
 def test_vllm_honours_norm_before_residual():
