@@ -17,14 +17,13 @@ written.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
-from contracts.convert import speculators_to_sglang_config, write_renamed_index, write_renamed_safetensors
+from contracts.convert import check_destination, speculators_to_sglang_config, write_copy
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 SGLANG_IDS_KEY = f"eagle_config.{IDS}"  # the only place SGLang reads explicit ids (top-level ones are ignored)
@@ -70,33 +69,6 @@ def ids_read(cfg: dict, key: str) -> list[int] | None:
     return cfg.get(IDS) if key == IDS else (cfg.get("eagle_config") or {}).get(IDS)
 
 
-def _stage(src: Path, cfg: dict, into: Path, link: bool, renames: dict[str, str] | None = None) -> Path:
-    """A directory holding CFG as config.json and SRC's other files (symlinked, or copied with ``link=False``);
-    the weight files that hold a tensor in RENAMES (old -> new) and the index are rewritten with the new names."""
-    into.mkdir(parents=True, exist_ok=True)
-    renames = renames or {}
-    ckpt = Checkpoint.open(src)
-    rewritten = {ckpt.tensors[k].file for k in renames}
-    for item in sorted(src.iterdir()):
-        if item.name == "config.json" or not item.is_file():
-            continue
-        if item.name in rewritten:
-            write_renamed_safetensors(item, into / item.name, renames)
-            continue
-        if renames and item.name.endswith(".safetensors.index.json"):
-            write_renamed_index(item, into / item.name, renames)
-            continue
-        if link:
-            try:
-                os.symlink(item.resolve(), into / item.name)
-                continue
-            except OSError:
-                pass
-        shutil.copy2(item, into / item.name)
-    (into / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    return into
-
-
 def _subject(src: Path, target: Path | None, engine: str, trainer: str | None, served_as: Path, **facts):
     from contracts.subject import Subject
 
@@ -108,7 +80,7 @@ def _observe_capture(src, cfg, target, engine, trainer, into: Path, facts: dict,
     from contracts.engines.errors import ReplayError
     from contracts.subject import EngineRefused, TargetRefused
 
-    subject = _subject(src, target, engine, trainer, _stage(src, cfg, into, link=True, renames=renames), **facts)
+    subject = _subject(src, target, engine, trainer, write_copy(src, cfg, into, link=True, renames=renames), **facts)
     try:
         trained = subject.trainer_layers
         if trained is None:
@@ -159,7 +131,7 @@ def engine_renames(src: Path, cfg: dict, target: Path, engine: str, trainer: str
     returns (renames, notes, reasons a drop stays)."""
     from contracts.subject import EngineRefused
 
-    subject = _subject(src, target, engine, trainer, _stage(src, cfg, scratch / "names", link=True), **facts)
+    subject = _subject(src, target, engine, trainer, write_copy(src, cfg, scratch / "names", link=True), **facts)
     try:
         load = subject.load
     except EngineRefused:
@@ -187,13 +159,6 @@ def engine_renames(src: Path, cfg: dict, target: Path, engine: str, trainer: str
     return renames, notes, reasons
 
 
-def _check_destination(src: Path, dst: Path) -> None:
-    if dst == src or src in dst.parents:
-        raise InputError(f"{dst}: the destination must be outside the source checkpoint")
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise InputError(f"{dst}: destination exists and is not an empty directory")
-
-
 def convert(src, dst, *, to: str, target=None, engine: str | None = None, trainer: str | None = None,
             verbatim: bool = False, link: bool = False, facts: dict | None = None) -> Conversion:
     """Write the copy of SRC that ENGINE (default: the ``to`` engine as installed or pinned) serves as trained
@@ -206,7 +171,7 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
 
     src, dst = Path(src).resolve(), Path(dst).resolve()
     ckpt = Checkpoint.open(src)
-    _check_destination(src, dst)
+    check_destination(src, dst)
     engine = engine or to
     if parse_spec(engine)[0] != to:
         raise InputError(f"--engine {engine} is not a {to} release (--to {to})")
@@ -239,7 +204,7 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
             shutil.rmtree(scratch, ignore_errors=True)
         conversion.config = cfg
     conversion.renames = renames
-    _stage(src, cfg, dst, link=link, renames=renames)
+    write_copy(src, cfg, dst, link=link, renames=renames)
     subject = _subject(src, target_path, engine, trainer, dst, **facts)
     conversion.report = report(subject)
     causes = [r for r in conversion.report["results"] if r["status"] == "fail" and r.get("root_cause", True)]

@@ -54,6 +54,41 @@ def speculators_to_sglang_config(cfg: dict) -> dict:
     return flat
 
 
+def check_destination(src: Path, dst: Path) -> None:
+    """DST must be outside SRC and new or empty (raises InputError before anything is written)."""
+    if dst == src or src in dst.parents:
+        raise InputError(f"{dst}: the destination must be outside the source checkpoint")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise InputError(f"{dst}: destination exists and is not an empty directory")
+
+
+def write_copy(src: Path, cfg: dict, into: Path, *, link: bool, renames: dict[str, str] | None = None) -> Path:
+    """A directory holding CFG as config.json and SRC's other files (symlinked, or copied with ``link=False``);
+    the weight files that hold a tensor in RENAMES (old -> new) and the safetensors index are rewritten with the
+    new names."""
+    into.mkdir(parents=True, exist_ok=True)
+    renames = renames or {}
+    rewritten = {Checkpoint.open(src).tensors[k].file for k in renames} if renames else set()
+    for item in sorted(src.iterdir()):
+        if item.name == "config.json" or not item.is_file():
+            continue
+        if item.name in rewritten:
+            write_renamed_safetensors(item, into / item.name, renames)
+            continue
+        if renames and item.name.endswith(".safetensors.index.json"):
+            write_renamed_index(item, into / item.name, renames)
+            continue
+        if link:
+            try:
+                os.symlink(item.resolve(), into / item.name)
+                continue
+            except OSError:
+                pass
+        shutil.copy2(item, into / item.name)
+    (into / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return into
+
+
 def convert_to_sglang(src, dst, *, link: bool = True) -> Path:
     """Write the SGLang-loadable copy of speculators checkpoint SRC into DST (new or empty directory).
 
@@ -64,25 +99,8 @@ def convert_to_sglang(src, dst, *, link: bool = True) -> Path:
     ckpt = Checkpoint.open(src)
     if ckpt.trainer_format != "speculators":
         raise InputError(f"{src}: not a speculators checkpoint (its config is already flat); nothing to convert")
-    if dst == src or src in dst.parents:
-        raise InputError(f"{dst}: the destination must be outside the source checkpoint")
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise InputError(f"{dst}: destination exists and is not an empty directory")
-    flat = speculators_to_sglang_config(ckpt.config)
-    dst.mkdir(parents=True, exist_ok=True)
-    for item in sorted(src.iterdir()):
-        if item.name == "config.json" or not item.is_file():
-            continue
-        target = dst / item.name
-        if link:
-            try:
-                os.symlink(item, target)
-                continue
-            except OSError:
-                pass
-        shutil.copy2(item, target)
-    (dst / "config.json").write_text(json.dumps(flat, indent=2, sort_keys=True) + "\n")
-    return dst
+    check_destination(src, dst)
+    return write_copy(src, speculators_to_sglang_config(ckpt.config), dst, link=link)
 
 
 def write_renamed_safetensors(src: Path, dst: Path, renames: dict[str, str]) -> None:
