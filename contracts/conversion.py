@@ -75,34 +75,49 @@ def _subject(src: Path, target: Path | None, engine: str, trainer: str | None, s
     return Subject(src.name, src, target, trainer=trainer, engine=engine, served_as=served_as, **facts)
 
 
-def _observe_capture(src, cfg, target, engine, trainer, into: Path, facts: dict, renames: dict | None = None):
-    """The engine's capture for SRC's weights under CFG: (observation, the trainer's layers) or (None, why not)."""
+@dataclass
+class Observed:
+    """What the engine made of SRC's weights under one config (a staged copy): its load, its aux capture and the
+    layers the trainer trained on; ``why`` says what could not be observed (its fields are then None)."""
+
+    load: object | None = None
+    aux: object | None = None
+    trained: dict | None = None
+    why: str | None = None
+
+
+def observe(src, cfg, target, engine, trainer, into: Path, facts: dict, renames: dict | None = None) -> Observed:
+    """One staged copy of SRC under CFG (weights linked, RENAMES applied), asked by one subject: every observation
+    `convert` needs of it comes from the same engine load."""
     from contracts.engines.errors import ReplayError
     from contracts.subject import EngineRefused, TargetRefused
 
     subject = _subject(src, target, engine, trainer, write_copy(src, cfg, into, link=True, renames=renames), **facts)
+    observed = Observed()
     try:
-        trained = subject.trainer_layers
-        if trained is None:
-            return None, "the target's config gives no num_hidden_layers, so the trained layers are unknown"
-        return (subject.aux, trained), None
+        observed.load = subject.load
+        observed.trained = subject.trainer_layers
+        if observed.trained is None:
+            observed.why = "the target's config gives no num_hidden_layers, so the trained layers are unknown"
+        else:
+            observed.aux = subject.aux
     except (EngineRefused, TargetRefused, ReplayError) as e:
-        return None, f"the engine's capture could not be observed: {e}"
+        observed.why = f"the engine's capture could not be observed: {e}"
     finally:
         subject.close()
+    return observed
 
 
-def align_aux_ids(src: Path, cfg: dict, target: Path, engine: str, trainer: str, facts: dict,
-                  scratch: Path, renames: dict | None = None) -> tuple[dict, list[str], list[str]]:
-    """CFG with the aux ids that make ENGINE capture the layers TRAINER trained on: kept when it already does (a
-    draft on its trainer's engine, or default ids), else the ids the engine's own hook reports for those layers.
-    Returns (config, notes, reasons it could not be aligned)."""
+def align_aux_ids(cfg: dict, first: Observed, reobserve) -> tuple[dict, list[str], list[str]]:
+    """CFG with the aux ids that make the engine capture the layers the trainer trained on: kept when it already
+    does (FIRST, the observation of CFG: a draft on its trainer's engine, or default ids), else the ids the engine's
+    own hook reports for those layers, confirmed by ``reobserve(new config)``. Returns (config, notes, reasons it
+    could not be aligned)."""
+    observed = first
     for attempt in (0, 1):
-        observed, why = _observe_capture(src, cfg, target, engine, trainer, scratch / f"try-{attempt}", facts,
-                                         renames)
-        if observed is None:
-            return cfg, [], [f"aux layer ids not aligned: {why}"]
-        aux, trained = observed
+        if observed.aux is None:
+            return cfg, [], [f"aux layer ids not aligned: {observed.why}"]
+        aux, trained = observed.aux, observed.trained
         wanted, label = list(trained["hf_hidden_states"]), f"{aux.engine['name']} {aux.engine['version']}"
         captured = aux.hf_indices or aux.layers_to_capture
         if aux.configure_error or captured is None:
@@ -120,25 +135,15 @@ def align_aux_ids(src: Path, cfg: dict, target: Path, engine: str, trainer: str,
             return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class} captures hidden_states "
                              f"{list(captured)}, and no ids make it capture {wanted} ({trained_on})"]
         cfg = with_ids(cfg, aux.ids_key or SGLANG_IDS_KEY, aux.ids_for_trainer_layers)
+        observed = reobserve(cfg)
     raise AssertionError("unreachable: the second observation always returns")
 
 
-def engine_renames(src: Path, cfg: dict, target: Path, engine: str, trainer: str, facts: dict,
-                   scratch: Path) -> tuple[dict[str, str], list[str], list[str]]:
-    """The tensor renames the engine's own loader asks for: each tensor it drops as saved that its probe (the same
-    tensor fed again under a candidate name) shows it loading under another name, such as a layer SGLang 0.5.3-0.5.11
-    names ``midlayer`` where the draft saved ``layers.0``. Only safetensors files are rewritten (a header change);
-    returns (renames, notes, reasons a drop stays)."""
-    from contracts.subject import EngineRefused
-
-    subject = _subject(src, target, engine, trainer, write_copy(src, cfg, scratch / "names", link=True), **facts)
-    try:
-        load = subject.load
-    except EngineRefused:
-        return {}, [], []  # the verification reports the refusal
-    finally:
-        subject.close()
-    ckpt = Checkpoint.open(src)
+def engine_renames(ckpt: Checkpoint, load) -> tuple[dict[str, str], list[str], list[str]]:
+    """The tensor renames the engine's own loader asks for (LOAD: its observation of CKPT's tensors): each tensor it
+    drops as saved that its probe (the same tensor fed again under a candidate name) shows it loading under another
+    name, such as a layer SGLang 0.5.3-0.5.11 names ``midlayer`` where the draft saved ``layers.0``. Only
+    safetensors files are rewritten (a header change); returns (renames, notes, reasons a drop stays)."""
     present = set(ckpt.tensors)
     dropped = {f.key for f in load.tensors if f.dropped}
     renames, reasons = {}, []
@@ -193,11 +198,14 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     renames = {}
     if not verbatim:
         scratch = Path(tempfile.mkdtemp(prefix="eagle3-contracts-convert-"))
-        try:
-            renames, notes, reasons = engine_renames(src, cfg, target_path, engine, trainer, facts, scratch)
-            conversion.notes += notes
-            conversion.not_faithful += reasons
-            cfg, notes, reasons = align_aux_ids(src, cfg, target_path, engine, trainer, facts, scratch, renames)
+        try:  # the load and the capture under the base config come from one observation
+            first = observe(src, cfg, target_path, engine, trainer, scratch / "base", facts)
+            if first.load is not None:
+                renames, notes, reasons = engine_renames(ckpt, first.load)
+                conversion.notes += notes
+                conversion.not_faithful += reasons
+            cfg, notes, reasons = align_aux_ids(cfg, first, lambda c: observe(
+                src, c, target_path, engine, trainer, scratch / "ids", facts, renames))
             conversion.notes += notes
             conversion.not_faithful += reasons
         finally:
