@@ -50,6 +50,14 @@ def expected_failures(engine: str | None = None) -> dict[tuple[str, str], str] |
     return {(name, cid): why for name, by in by_engine.items() for cid, why in by.items()}
 
 
+def documented_key(rep: dict) -> str:
+    """The fixtures/expected.json key a report's verdicts are documented under: the release (its default path), with
+    the runner when the one judged is not the release's default (``vllm==0.32.0:v1``)."""
+    engine, path = rep["engine"], rep.get("path") or {}
+    key = f"{engine['name']}=={engine['version']}"
+    return f"{key}:{path['judged']}" if path.get("kind") == "runner" and not path.get("is_default") else key
+
+
 def documented_engines() -> list[str]:
     """The releases fixtures/expected.json documents the examples' verdicts for (pinned first)."""
     doc = json.loads(EXPECTED.read_text())

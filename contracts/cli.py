@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
                         "layer ids are then read in that trainer's convention)")
     c.add_argument("--engine", default="sglang", help="engine under test: sglang (installed here), sglang==VERSION, "
                    "vllm (its pinned CPU build, own environment) or vllm==VERSION")
+    c.add_argument("--runner", choices=("v1", "v2"),
+                   help="vLLM: judge this model runner instead of the one a GPU deployment of the release takes by "
+                        "default (Model Runner V2 since it became the default)")
     c.add_argument("--only", help="comma-separated contract ids")
     c.add_argument("--format", choices=FORMATS, default="text")
     c.add_argument("--output", help="write the report to FILE instead of stdout")
@@ -130,10 +133,21 @@ def _guard_output(output: str | None, inputs: list[Path]) -> None:
             raise UsageError(f"{output}: refusing to write inside the checkpoint directory {d}")
 
 
+def _with_runner(engine: str, runner: str | None) -> str:
+    """ENGINE asking for RUNNER (``--runner``), or a usage error naming why it cannot."""
+    from contracts.engines import EngineSpecError, with_runner
+
+    try:
+        return with_runner(engine, runner) if runner else engine
+    except EngineSpecError as e:
+        raise UsageError(f"--runner {runner}: {e}") from None
+
+
 def _run_check(args) -> int:
     from contracts.report import exit_code, render
     from contracts.subject import Subject, report
 
+    args.engine = _with_runner(args.engine, args.runner)
     _check_engine(args.engine)
     only = _selected(args.only)
     if args.examples:
@@ -155,7 +169,7 @@ def _run_check(args) -> int:
     _guard_output(args.output, [s.checkpoint_path for s in subjects]
                   + [s.target_path for s in subjects if s.target_path])
     for s in subjects:  # validate every input before any engine work
-        s.checkpoint, s.target  # noqa: B018
+        s.checkpoint, s.target, s.conversion_record  # noqa: B018
     reports = []
     for s in subjects:
         rep = report(s, only)
@@ -198,15 +212,15 @@ def _emit(text: str, output: str | None) -> None:
 
 def _finish_examples(reports: list[dict], args) -> int:
     """The bundled examples pass when every verdict is the documented one (fixtures/expected.json)."""
-    from contracts.bundled import expected_failures
+    from contracts.bundled import documented_key, expected_failures
     from contracts.report import render
 
     surprises = []
     for rep in reports:
-        expected = expected_failures(f"{rep['engine']['name']}=={rep['engine']['version']}")
+        expected = expected_failures(documented_key(rep))
         if expected is None:
-            surprises.append(f"{rep['name']}: no documented verdicts for {rep['engine']['name']} "
-                             f"{rep['engine']['version']} in fixtures/expected.json")
+            surprises.append(f"{rep['name']}: no documented verdicts for {documented_key(rep)} in "
+                             f"fixtures/expected.json")
             continue
         for r in rep["results"]:
             why = expected.get((rep["name"], r["contract"]))
@@ -242,15 +256,23 @@ def _run_convert(args) -> int:
     _check_engine(engine)
     c = convert(args.src, args.dst, to=to, target=args.target, engine=engine, trainer=args.trainer,
                 verbatim=args.verbatim, link=args.link)
-    label = f"{c.report['engine']['name']} {c.report['engine']['version']}"
+    paths = [c.report, *c.other_reports]
+    if len(paths) > 1:  # one report per path of the release: named by it
+        for rep in paths:
+            rep["name"] = f"{c.dst.name} on {(rep.get('path') or {}).get('label') or rep.get('engine_spec')}"
+    label = f"{c.report['engine']['name']} {c.report['engine']['version']}" + (
+        f" ({' and '.join((r.get('path') or {}).get('label') or '?' for r in paths)})" if len(paths) > 1 else "")
     weights = f"{len(c.renames)} tensor(s) renamed, values unchanged" if c.renames else "unchanged"
     print(f"wrote {c.dst} for {label} ({c.form}): config.json, weight files {'linked' if args.link else 'copied'} "
           f"from {c.src} ({weights})", file=sys.stderr)
     for note in c.notes:
         print(f"  {note}", file=sys.stderr)
-    _emit(render([c.report], args.format), None)
+    if args.format == "json":  # one document, the default path's, with the release's other paths in it
+        _emit(render([{**c.report, "other_paths": c.other_reports}] if c.other_reports else [c.report], "json"), None)
+    else:
+        _emit(render(paths, args.format), None)
     if c.served_as_trained:
-        skipped = [r["contract"] for r in c.report["results"] if r["status"] == "skip"]
+        skipped = sorted({r["contract"] for rep in paths for r in rep["results"] if r["status"] == "skip"})
         print(f"{c.dst}: {label} serves it as trained: no contract fails"
               + (f" (not judged: {', '.join(skipped)})" if skipped else ""), file=sys.stderr)
         return 0

@@ -27,6 +27,9 @@ from contracts.convert import check_destination, speculators_to_sglang_config, w
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 SGLANG_IDS_KEY = f"eagle_config.{IDS}"  # the only place SGLang reads explicit ids (top-level ones are ignored)
+# The record every copy carries in its config.json: what it was trained on and what it was made for, so that `check`
+# judges the copy against the trainer's layers without being told (its ids are no longer in the trainer's convention).
+RECORD_KEY = "eagle3_contracts_conversion"
 
 
 @dataclass
@@ -38,7 +41,8 @@ class Conversion:
     config: dict
     notes: list[str] = field(default_factory=list)  # what was written and why
     not_faithful: list[str] = field(default_factory=list)  # why DST is not served as trained (empty: it is)
-    report: dict | None = None  # the contracts' report on DST (contracts.subject.report)
+    report: dict | None = None  # the contracts' report on DST, on the path a GPU deployment takes (subject.report)
+    other_reports: list[dict] = field(default_factory=list)  # on the release's other paths (vLLM's other runner)
     renames: dict = field(default_factory=dict)  # tensor old name -> new name, as the engine's loader asked
 
     @property
@@ -48,17 +52,25 @@ class Conversion:
 
 def base_config(ckpt: Checkpoint, to: str) -> dict:
     """The config the engine reads before any alignment: SGLang cannot dispatch speculators' nested format, so it
-    gets the flat form (``contracts.convert``); vLLM reads both formats as saved."""
+    gets the flat form (``contracts.convert``); vLLM reads both formats as saved. A record of an earlier conversion
+    is dropped (the new copy gets its own)."""
     if to == "sglang" and ckpt.trainer_format == "speculators":
-        return speculators_to_sglang_config(ckpt.config)
-    return json.loads(json.dumps(ckpt.config))
+        cfg = speculators_to_sglang_config(ckpt.config)
+    else:
+        cfg = json.loads(json.dumps(ckpt.config))
+    cfg.pop(RECORD_KEY, None)
+    return cfg
 
 
 def with_ids(cfg: dict, key: str, ids: list[int]) -> dict:
-    """CFG with the aux ids written where the engine reads them (``key``: top level, or ``eagle_config.``)."""
+    """CFG with the aux ids written where the engine reads them (``key``: top level, or ``eagle_config.``). Written
+    at the top level (vLLM: both runners read it first), ids nested under ``eagle_config`` are set to the same, so
+    no key of the copy names other layers."""
     cfg = json.loads(json.dumps(cfg))
     if key == IDS:
         cfg[IDS] = list(ids)
+        if isinstance(cfg.get("eagle_config"), dict) and IDS in cfg["eagle_config"]:
+            cfg["eagle_config"] = {**cfg["eagle_config"], IDS: list(ids)}
     else:
         cfg["eagle_config"] = {**(cfg.get("eagle_config") or {}), IDS: list(ids)}
     return cfg
@@ -69,6 +81,18 @@ def ids_read(cfg: dict, key: str) -> list[int] | None:
     return cfg.get(IDS) if key == IDS else (cfg.get("eagle_config") or {}).get(IDS)
 
 
+def conversion_record(trained: dict | None, engine: str, src: Path, form: str, paths: list[str]) -> dict:
+    """What the copy records of itself (``RECORD_KEY``): the trainer, the ids it trained with in its own convention,
+    the transformers ``hidden_states`` they are, the engine release (and paths) it was made and proven for."""
+    from contracts.engines import release
+
+    out = {"made_for": release(engine), "proven_on": paths, "form": form, "source": str(src), "by": "eagle3-contracts"}
+    if trained:
+        out.update(trainer=trained["name"], trainer_aux_ids=list(trained["ids"]),
+                   trained_hidden_states=list(trained["hf_hidden_states"]))
+    return out
+
+
 def _subject(src: Path, target: Path | None, engine: str, trainer: str | None, served_as: Path, **facts):
     from contracts.subject import Subject
 
@@ -77,65 +101,88 @@ def _subject(src: Path, target: Path | None, engine: str, trainer: str | None, s
 
 @dataclass
 class Observed:
-    """What the engine made of SRC's weights under one config (a staged copy): its load, its aux capture and the
-    layers the trainer trained on; ``why`` says what could not be observed (its fields are then None)."""
+    """What the engine made of SRC's weights under one config (a staged copy) on one path: its load, its aux capture,
+    the layers the trainer trained on and the path judged; ``why`` says what could not be observed (its fields are
+    then None)."""
 
     load: object | None = None
     aux: object | None = None
     trained: dict | None = None
+    path: object | None = None
     why: str | None = None
 
 
 def observe(src, cfg, target, engine, trainer, into: Path, facts: dict, renames: dict | None = None) -> Observed:
     """One staged copy of SRC under CFG (weights linked, RENAMES applied), asked by one subject: every observation
     `convert` needs of it comes from the same engine load."""
-    from contracts.engines.errors import ReplayError
+    from contracts.engines.errors import EngineBuildError, ReplayError
     from contracts.subject import EngineRefused, TargetRefused
 
     subject = _subject(src, target, engine, trainer, write_copy(src, cfg, into, link=True, renames=renames), **facts)
     observed = Observed()
     try:
+        observed.path = subject.path
         observed.load = subject.load
         observed.trained = subject.trainer_layers
         if observed.trained is None:
             observed.why = "the target's config gives no num_hidden_layers, so the trained layers are unknown"
         else:
             observed.aux = subject.aux
-    except (EngineRefused, TargetRefused, ReplayError) as e:
+    except (EngineRefused, TargetRefused, ReplayError, EngineBuildError) as e:
         observed.why = f"the engine's capture could not be observed: {e}"
     finally:
         subject.close()
     return observed
 
 
-def align_aux_ids(cfg: dict, first: Observed, reobserve) -> tuple[dict, list[str], list[str]]:
-    """CFG with the aux ids that make the engine capture the layers the trainer trained on: kept when it already
-    does (FIRST, the observation of CFG: a draft on its trainer's engine, or default ids), else the ids the engine's
-    own hook reports for those layers, confirmed by ``reobserve(new config)``. Returns (config, notes, reasons it
-    could not be aligned)."""
-    observed = first
+def _on(observed: Observed) -> str:
+    p = observed.path
+    return f" on {p.label}" if p is not None and p.kind == "runner" else ""
+
+
+def align_aux_ids(cfg: dict, firsts: list[Observed], reobserve) -> tuple[dict, list[str], list[str]]:
+    """CFG with the aux ids that make the engine capture the layers the trainer trained on, on every path in FIRSTS
+    (the observations of CFG: the default path first, then the release's others): kept when every path already does
+    (a draft on its trainer's engine, or default ids), else the ids the engine's own hook reports for those layers,
+    written where every path reads them and confirmed by ``reobserve(new config)`` (one observation per path).
+    Returns (config, notes, reasons it could not be aligned)."""
+    observed_all = firsts
     for attempt in (0, 1):
-        if observed.aux is None:
-            return cfg, [], [f"aux layer ids not aligned: {observed.why}"]
-        aux, trained = observed.aux, observed.trained
-        wanted, label = list(trained["hf_hidden_states"]), f"{aux.engine['name']} {aux.engine['version']}"
-        captured = aux.hf_indices or aux.layers_to_capture
-        if aux.configure_error or captured is None:
-            reason = aux.configure_error or aux.evidence_reason or "its capture could not be observed"
-            return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class or aux.target_architecture} "
-                             f"cannot be asked which layers it captures ({reason})"]
+        missing = next((o for o in observed_all if o.aux is None), None)
+        if missing is not None:
+            return cfg, [], [f"aux layer ids not aligned{_on(missing)}: {missing.why}"]
+        trained = observed_all[0].trained
+        wanted = list(trained["hf_hidden_states"])
         trained_on = f"{trained['name']} trained on hidden_states {wanted} (its ids {trained['ids']})"
-        if list(captured) == wanted:
-            written = ids_read(cfg, aux.ids_key or SGLANG_IDS_KEY)
-            note = (f"aux layer ids: wrote {written} ({label} then captures hidden_states {wanted}; {trained_on})"
-                    if attempt else f"aux layer ids kept as {written if written is not None else 'the default'}: "
-                    f"{label} with {aux.target_class} captures hidden_states {wanted}; {trained_on}")
+        misaligned, ids_for, key = [], None, None
+        for o in observed_all:
+            aux, label = o.aux, f"{o.aux.engine['name']} {o.aux.engine['version']}{_on(o)}"
+            captured = aux.hf_indices or aux.layers_to_capture
+            if aux.configure_error or captured is None:
+                reason = aux.configure_error or aux.evidence_reason or "its capture could not be observed"
+                return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class or aux.target_architecture} "
+                                 f"cannot be asked which layers it captures ({reason})"]
+            if list(captured) != wanted:
+                misaligned.append((label, aux, list(captured)))
+            ids_for = ids_for or aux.ids_for_trainer_layers
+            key = key or aux.ids_key
+        key = key or SGLANG_IDS_KEY
+        labels = ", ".join(f"{o.aux.engine['name']} {o.aux.engine['version']}{_on(o)}" for o in observed_all)
+        if not misaligned:
+            written = ids_read(cfg, key)
+            note = (f"aux layer ids: wrote {written} ({labels} then capture{'s' if len(observed_all) == 1 else ''} "
+                    f"hidden_states {wanted}; {trained_on}; at {key}, where {'both runners read' if len(observed_all) > 1 else 'it reads'} them)"
+                    if attempt else
+                    f"aux layer ids kept as {written if written is not None else 'the default'}: {labels} with "
+                    f"{observed_all[0].aux.target_class} capture{'s' if len(observed_all) == 1 else ''} hidden_states "
+                    f"{wanted}; {trained_on}")
             return cfg, [note], []
-        if attempt or aux.ids_for_trainer_layers is None:
+        if attempt or ids_for is None:
             return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class} captures hidden_states "
-                             f"{list(captured)}, and no ids make it capture {wanted} ({trained_on})"]
-        cfg = with_ids(cfg, aux.ids_key or SGLANG_IDS_KEY, aux.ids_for_trainer_layers)
-        observed = reobserve(cfg)
+                             f"{captured}, and no ids make it capture {wanted} ({trained_on})"
+                             for label, aux, captured in misaligned]
+        cfg = with_ids(cfg, key, ids_for)
+        observed_all = reobserve(cfg)
     raise AssertionError("unreachable: the second observation always returns")
 
 
@@ -180,7 +227,11 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     engine = engine or to
     if parse_spec(engine)[0] != to:
         raise InputError(f"--engine {engine} is not a {to} release (--to {to})")
-    trainer = trainer or (ckpt.trainer_format if ckpt.trainer_format in TRAINERS else None)
+    record = ckpt.config.get(RECORD_KEY) if isinstance(ckpt.config.get(RECORD_KEY), dict) else {}
+    if trainer and record.get("trainer") and trainer != record["trainer"]:
+        raise InputError(f"{src}/config.json: this copy records that {record['trainer']} trained it ({RECORD_KEY}), "
+                         f"but --trainer says {trainer}")
+    trainer = trainer or record.get("trainer") or (ckpt.trainer_format if ckpt.trainer_format in TRAINERS else None)
     target_path = None if target is None else Path(target).resolve()
     if target_path is not None:
         Checkpoint.open(target_path, require_weights=False)
@@ -196,26 +247,49 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     if to == "sglang" and ckpt.trainer_format == "speculators":
         conversion.notes.append("config flattened from speculators' nested format (SGLang cannot dispatch it)")
     renames = {}
-    if not verbatim:
-        scratch = Path(tempfile.mkdtemp(prefix="eagle3-contracts-convert-"))
-        try:  # the load and the capture under the base config come from one observation
-            first = observe(src, cfg, target_path, engine, trainer, scratch / "base", facts)
+    scratch = Path(tempfile.mkdtemp(prefix="eagle3-contracts-convert-"))
+    try:  # the load and the capture under the base config come from one observation per path
+        first = observe(src, cfg, target_path, engine, trainer, scratch / "base", facts)
+        engines = [engine] + other_paths(engine, first.path)
+        if not verbatim:
+            firsts = [first] + [observe(src, cfg, target_path, e, trainer, scratch / f"base-{i}", facts)
+                                for i, e in enumerate(engines[1:])]
             if first.load is not None:
                 renames, notes, reasons = engine_renames(ckpt, first.load)
                 conversion.notes += notes
                 conversion.not_faithful += reasons
-            cfg, notes, reasons = align_aux_ids(cfg, first, lambda c: observe(
-                src, c, target_path, engine, trainer, scratch / "ids", facts, renames))
+            counter = iter(range(1000))
+            cfg, notes, reasons = align_aux_ids(cfg, firsts, lambda c: [observe(
+                src, c, target_path, e, trainer, scratch / f"ids-{next(counter)}", facts, renames) for e in engines])
             conversion.notes += notes
             conversion.not_faithful += reasons
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        conversion.config = cfg
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    trained = first.trained or _subject(src, target_path, engine, trainer, src, **facts).trainer_layers
+    cfg[RECORD_KEY] = conversion_record(trained, engine, src, conversion.form,
+                                        [first.path.judged if first.path else engine] +
+                                        [e.rpartition(":")[2] for e in engines[1:]])
+    conversion.config = cfg
     conversion.renames = renames
     write_copy(src, cfg, dst, link=link, renames=renames)
-    subject = _subject(src, target_path, engine, trainer, dst, **facts)
-    conversion.report = report(subject)
-    causes = [r for r in conversion.report["results"] if r["status"] == "fail" and r.get("root_cause", True)]
-    conversion.not_faithful += [f"{r['contract']}: {r['summary']}" + (f" (fix: {r['fix']})" if r.get("fix") else "")
-                                for r in causes]
+    for i, spec in enumerate(engines):
+        rep = report(_subject(src, target_path, spec, trainer, dst, **facts))
+        causes = [r for r in rep["results"] if r["status"] == "fail" and r.get("root_cause", True)]
+        on = "" if i == 0 else f" on {(rep.get('path') or {}).get('label') or spec}"
+        conversion.not_faithful += [f"{r['contract']}{on}: {r['summary']}" + (f" (fix: {r['fix']})" if r.get("fix")
+                                                                                 else "") for r in causes]
+        if i == 0:
+            conversion.report = rep
+        else:
+            conversion.other_reports.append(rep)
     return conversion
+
+
+def other_paths(engine: str, path) -> list[str]:
+    """ENGINE asking for each path of the release other than the one judged by default (vLLM: the other model
+    runner, where the release has two): `convert` proves its copy on every one."""
+    from contracts.engines import with_runner
+
+    if path is None or path.kind != "runner":
+        return []
+    return [with_runner(engine, r) for r in path.available if r != path.judged]

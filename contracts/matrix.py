@@ -12,6 +12,7 @@ subject), so a row costs one engine start-up per release, not per checkpoint.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from contracts.registry import FAIL, PASS, SKIP, WARN, all_contracts
 
@@ -21,7 +22,9 @@ FORM_LABEL = {"converted": "verbatim conversion"}  # the hand conversion (`conve
 
 def run(subjects_by_engine: dict[str, list], only: list[str] | None = None, converted: bool = True) -> dict:
     """Reports for every (engine, subject), gathered into the matrix document (see ``document``); with
-    ``converted``, also each subject's copy as ``eagle3-contracts convert`` writes it for that engine release."""
+    ``converted``, also each subject's copy as ``eagle3-contracts convert`` writes it for that engine release. An
+    engine named without a path is judged on the one a GPU deployment of it takes by default and, where the release
+    has another (vLLM's other model runner), on that one too: shown where they disagree."""
     from contracts.subject import report
 
     reports = []
@@ -32,16 +35,34 @@ def run(subjects_by_engine: dict[str, list], only: list[str] | None = None, conv
             rep = report(subject, only)
             rep.update(name=name, engine_spec=engine, trainer=trainer)
             reports.append(rep)
+            for other in other_paths(engine, rep):
+                alt = report(replace(subject, engine=other), only)
+                alt.update(name=name, engine_spec=other, trainer=trainer, other_path_of=engine)
+                reports.append(alt)
             if conversion is not None:
-                conversion.update(name=f"{name} after convert", engine_spec=engine, trainer=trainer,
-                                  converted_from=name)
-                reports.append(conversion)
+                for i, conv in enumerate(conversion):
+                    conv.update(name=f"{name} after convert", trainer=trainer, converted_from=name,
+                                engine_spec=engine if i == 0 else conv.get("engine_spec"))
+                    if i:
+                        conv["other_path_of"] = engine
+                    reports.append(conv)
     return document(reports)
 
 
-def converted_report(subject, engine: str, only: list[str] | None = None) -> dict | None:
-    """The verdicts on the copy ``convert`` writes of SUBJECT for ENGINE, in a temporary directory (None where
-    convert cannot run: it needs the target and the trainer whose layer convention the ids follow)."""
+def other_paths(engine: str, rep: dict) -> list[str]:
+    """ENGINE on the release's paths other than the default one REP judged (none when ENGINE asks for a path)."""
+    from contracts.engines import runner_of, with_runner
+
+    path = rep.get("path") or {}
+    if runner_of(engine) is not None or path.get("kind") != "runner":
+        return []
+    return [with_runner(engine, r) for r in path.get("available", []) if r != path.get("judged")]
+
+
+def converted_report(subject, engine: str, only: list[str] | None = None) -> list[dict] | None:
+    """The verdicts on the copy ``convert`` writes of SUBJECT for ENGINE, in a temporary directory, on the release's
+    default path and then on each other path it was proven on (None where convert cannot run: it needs the target
+    and the trainer whose layer convention the ids follow)."""
     import shlex
     import shutil
     import tempfile
@@ -61,29 +82,44 @@ def converted_report(subject, engine: str, only: list[str] | None = None) -> dic
                     trainer=subject.trainer_name, link=True, facts=facts)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    rep = c.report
-    if only:
-        rep["results"] = [r for r in rep["results"] if r["contract"] in only]
     src = str(subject.checkpoint_path).rstrip("/")
-    rep["judged_as"] = {"form": "after convert", "command": f"eagle3-contracts convert --to {to} {shlex.quote(src)} "
-                        f"{shlex.quote(src + '-' + to)} --target {shlex.quote(str(subject.target_path))} "
-                        f"--engine {engine}"}
-    rep["conversion"] = {"notes": c.notes, "not_faithful": c.not_faithful}
-    return rep
+    command = (f"eagle3-contracts convert --to {to} {shlex.quote(src)} {shlex.quote(src + '-' + to)} --target "
+               f"{shlex.quote(str(subject.target_path))} --engine {engine}")
+    out = []
+    for rep in [c.report, *c.other_reports]:
+        if only:
+            rep["results"] = [r for r in rep["results"] if r["contract"] in only]
+        rep["judged_as"] = {"form": "after convert", "command": command}
+        rep["conversion"] = {"notes": c.notes, "not_faithful": c.not_faithful}
+        out.append(rep)
+    return out
 
 
 def document(reports: list[dict]) -> dict:
-    """The matrix as JSON: engines, subjects, contracts and one cell per (subject, engine, contract)."""
+    """The matrix as JSON: engines (each release on its default path, and ``release:runner`` for another path),
+    subjects, contracts and one cell per (subject, engine, contract); ``paths`` says what each engine key judged,
+    ``alternatives`` which rows are a release's other path (judged beside the default, not asked for) and
+    ``disagrees`` whether such a row's verdicts differ from the default path's."""
+    from contracts.bundled import documented_key
+    from contracts.report import path_label
+
     contracts = [c for c in all_contracts() if any(r["contract"] == c for rep in reports for r in rep["results"])]
-    engines, subjects, cells, deployable, forms = [], [], [], {}, {}
+    engines, subjects, cells, deployable, forms, paths, alternatives = [], [], [], {}, {}, {}, {}
+    statuses = {}
     for rep in reports:
-        engine = f"{rep['engine']['name']}=={rep['engine']['version']}"
+        engine = documented_key(rep)
         if engine not in engines:
             engines.append(engine)
+        paths.setdefault(engine, {"release": f"{rep['engine']['name']}=={rep['engine']['version']}",
+                                  "path": path_label(rep) if rep.get("path") else "-",
+                                  "default": (rep.get("path") or {}).get("is_default", True)})
         if rep["name"] not in subjects:
             subjects.append(rep["name"])
+        if rep.get("other_path_of"):
+            alternatives.setdefault(rep["name"], {})[engine] = documented_key({**rep, "path": {}})
         deployable.setdefault(rep["name"], {})[engine] = all(r["status"] != FAIL for r in rep["results"])
         forms.setdefault(rep["name"], {})[engine] = (rep.get("judged_as") or {}).get("form", "as saved")
+        statuses[(rep["name"], engine)] = {r["contract"]: r["status"] for r in rep["results"]}
         for r in rep["results"]:
             cell = {"subject": rep["name"], "trainer": rep.get("trainer"), "engine": engine,
                     "contract": r["contract"], "status": r["status"], "summary": r["summary"]}
@@ -91,9 +127,17 @@ def document(reports: list[dict]) -> dict:
                 cell["root_cause"] = r.get("root_cause", True)
                 cell["follows_from"] = r.get("follows_from", [])
             cells.append(cell)
+    disagrees = {subject: {key: statuses.get((subject, key)) != statuses.get((subject, base))
+                           for key, base in by.items()} for subject, by in alternatives.items()}
     converted_from = {rep["name"]: rep["converted_from"] for rep in reports if rep.get("converted_from")}
-    return {"engines": engines, "subjects": subjects, "contracts": contracts, "cells": cells,
-            "deployable": deployable, "judged_as": forms, "converted_from": converted_from, "reports": reports}
+    return {"engines": engines, "subjects": subjects, "contracts": contracts, "cells": cells, "paths": paths,
+            "alternatives": alternatives, "disagrees": disagrees, "deployable": deployable, "judged_as": forms,
+            "converted_from": converted_from, "reports": reports}
+
+
+def _shown(doc: dict, subject: str, engine: str) -> bool:
+    """A release's other path is a row only where its verdicts differ from the default path's."""
+    return engine not in doc.get("alternatives", {}).get(subject, {}) or doc["disagrees"][subject][engine]
 
 
 def _cell(cell: dict | None) -> str:
@@ -106,30 +150,46 @@ def _cell(cell: dict | None) -> str:
 
 
 def markdown(doc: dict) -> str:
-    """One row per (subject, engine), one column per contract, and whether the pair can be deployed."""
+    """One row per (subject, engine path), one column per contract, and whether the pair can be deployed; a
+    release's other path (vLLM's other runner) only where its verdicts differ from the default path's."""
     index = {(c["subject"], c["engine"], c["contract"]): c for c in doc["cells"]}
-    head = ["subject", "engine", "judged", *doc["contracts"], "serves it as trained"]
+    head = ["subject", "engine", "path", "judged", *doc["contracts"], "serves it as trained"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     converted_from = doc.get("converted_from", {})
     for base in (s for s in doc["subjects"] if s not in converted_from):
         for engine in doc["engines"]:  # per engine release: the draft as judged, then its copy after convert
             for subject in [base, *(c for c, b in converted_from.items() if b == base)]:
-                if engine not in doc["deployable"].get(subject, {}):
+                if engine not in doc["deployable"].get(subject, {}) or not _shown(doc, subject, engine):
                     continue
-                row = [subject, engine.replace("==", " "),
+                path = doc.get("paths", {}).get(engine, {})
+                row = [subject, path.get("release", engine.partition(":")[0]).replace("==", " "),
+                       path.get("path", "-"),
                        FORM_LABEL.get(form := doc.get("judged_as", {}).get(subject, {}).get(engine, "as saved"), form),
                        *(_cell(index.get((subject, engine, c))) for c in doc["contracts"]),
                        "yes" if doc["deployable"][subject][engine] else "**no**"]
                 out.append("| " + " | ".join(row) + " |")
+    agree = sorted({e for by in doc.get("disagrees", {}).values() for e, differs in by.items() if not differs}
+                   - {e for by in doc.get("disagrees", {}).values() for e, differs in by.items() if differs})
+    if agree:
+        out.append("")
+        out.append("Not shown, same verdicts as the default path on every row: " + ", ".join(
+            f"{doc['paths'][e]['release'].replace('==', ' ')} on {doc['paths'][e]['path']}" for e in agree) + ".")
     return "\n".join(out) + "\n"
 
 
 def text(doc: dict) -> str:
     lines = [markdown(doc)]
+    alternatives = doc.get("alternatives", {})
     for subject, by in doc["deployable"].items():
-        good = [e for e, ok in by.items() if ok]
-        lines.append(f"{subject}: serves as trained on {', '.join(good) if good else 'none of ' + ', '.join(by)}")
-    failures = [c for c in doc["cells"] if c["status"] == FAIL and c.get("root_cause", True)]
+        good = [e for e, ok in by.items() if ok and e not in alternatives.get(subject, {})]
+        asked = [e for e in by if e not in alternatives.get(subject, {})]
+        lines.append(f"{subject}: serves as trained on {', '.join(good) if good else 'none of ' + ', '.join(asked)}")
+        for e, differs in doc.get("disagrees", {}).get(subject, {}).items():
+            if differs:
+                lines.append(f"  {doc['paths'][e]['path']} of {doc['paths'][e]['release']} differs: "
+                             f"{'serves it as trained' if by[e] else 'does not serve it as trained'}")
+    failures = [c for c in doc["cells"] if c["status"] == FAIL and c.get("root_cause", True)
+                and _shown(doc, c["subject"], c["engine"])]
     if failures:
         lines.append("\nroot causes:")
         lines += [f"  {c['subject']} on {c['engine']}: {c['contract']}: {c['summary'][:300]}" for c in failures]
@@ -145,11 +205,14 @@ def render(doc: dict, fmt: str) -> str:
 
 
 def exit_code(doc: dict) -> int:
-    """0 when every subject is served as trained by at least one of the engines, as judged or after ``convert``,
-    else 1."""
+    """0 when every subject is served as trained by at least one of the engines asked for (each on its default path,
+    or the path asked), as judged or after ``convert``, else 1. A release's other path judged beside its default
+    does not count: no deployment takes it unless asked."""
     converted_from = doc.get("converted_from", {})
+    alternatives = doc.get("alternatives", {})
     served = {}
     for subject, by in doc["deployable"].items():
         base = converted_from.get(subject, subject)
-        served[base] = served.get(base, False) or any(by.values())
+        ok = any(v for e, v in by.items() if e not in alternatives.get(subject, {}))
+        served[base] = served.get(base, False) or ok
     return 0 if all(served.values()) else 1

@@ -103,6 +103,26 @@ class LoadObservation(Observation):
 
 
 @dataclass
+class PathObservation(Observation):
+    """Which of the engine release's code paths serves the draft (vLLM's model runner, SGLang's speculative
+    worker): the one a GPU deployment takes by default, found from the release's own code, and the one judged."""
+
+    engine: dict
+    kind: str  # "runner" (vLLM: Model Runner V1 / V2) or "worker" (SGLang: its speculative worker class)
+    judged: str  # "v1" / "v2" (vLLM), or the worker class (SGLang)
+    label: str  # what reports print, e.g. "Model Runner V2"
+    default: str  # what a GPU deployment of this release takes by default for this draft
+    default_label: str  # the default, as reports print it
+    default_why: str  # how the release's own code decides it
+    asked: str | None = None  # the path asked for (``--runner``); None: the default
+    available: list = field(default_factory=list)  # the paths this release has (vLLM runners)
+
+    @property
+    def is_default(self) -> bool:
+        return self.judged == self.default
+
+
+@dataclass
 class AuxCaptureObservation(Observation):
     """What the engine hands the draft as target hidden states (hidden-width), and how it was learned."""
 
@@ -128,6 +148,8 @@ class AuxCaptureObservation(Observation):
     ids_for_trainer_layers: list | None = None  # explicit ids that make the engine capture the trainer's layers
     ids_key: str | None = None  # where the engine reads explicit ids (None: eagle_config.eagle_aux_hidden_state_layer_ids)
     hf_indices_from: str | None = None  # how hf_indices were verified (None: against transformers' hidden_states)
+    runner: str | None = None  # the vLLM model runner whose reading and wiring this is ("v1" / "v2")
+    wiring: str | None = None  # the engine functions that read the ids and wired the capture
 
 
 @dataclass
@@ -144,6 +166,7 @@ class ConfigObservation(Observation):
     switches: dict = field(default_factory=dict)  # key -> {"value", "honoured", "max_abs_change_when_flipped"}
     probed_on: str | None = None  # the checkpoint's weights, or a scaled-down copy for real-size drafts
     rope: dict | None = None  # {"applied", "trained", "same"}
+    switches_not_probed: str | None = None  # why the switches could not be flipped here (no forward runs)
 
 
 @dataclass
@@ -163,3 +186,4 @@ class ForwardObservation(Observation):
     tolerance_why: str | None = None
     error: str | None = None
     skip_reason: str | None = None  # the engine cannot run this replay here (e.g. a head size its CPU kernel lacks)
+    runner: str | None = None  # the vLLM model runner whose wiring fed the draft ("v1" / "v2"; SGLang: None)

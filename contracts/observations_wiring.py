@@ -36,6 +36,7 @@ class WiringObservation(Observation):
     head: HeldTensor
     hot_token_id_len: int | None = None  # what the worker copied from the draft after the wiring
     error: str | None = None  # what the engine's wiring raised (the tensors are then as loaded)
+    runner: str | None = None  # the vLLM model runner whose wiring ran ("v1" / "v2"; SGLang: None)
 
     @classmethod
     def from_dict(cls, d: dict) -> "WiringObservation":

@@ -41,13 +41,22 @@ def pytest_addoption(parser):
                          "under pytest-xdist the controller gathers them (contracts.compatibility reads it)")
     group.addoption("--engine", action="append", default=[], metavar="SPEC", dest="contracts_engine",
                     help="engine under test: sglang (installed here), sglang==X, vllm or vllm==X (each in its own "
-                         "cached environment); "
-                         "repeatable: every subject is judged on each")
+                         "cached environment), judged on the path a GPU deployment of that release takes by default; "
+                         "vllm==X:v1 / :v2 judges that model runner; repeatable: every subject is judged on each")
+    group.addoption("--runner", default=None, choices=("v1", "v2"), dest="contracts_runner",
+                    help="judge every vLLM engine of this run on this model runner instead of its release's default")
 
 
 def engines(config) -> list[str]:
-    """The engine specs of this run (``--engine``, default the SGLang installed here)."""
-    return config.getoption("contracts_engine") or ["sglang"]
+    """The engine specs of this run (``--engine``, default the SGLang installed here; ``--runner`` applied to the
+    vLLM ones that name no runner)."""
+    from contracts.engines import parse_spec, runner_of, with_runner
+
+    specs = config.getoption("contracts_engine") or ["sglang"]
+    runner = config.getoption("contracts_runner", None)
+    if not runner:
+        return specs
+    return [with_runner(s, runner) if parse_spec(s)[0] == "vllm" and runner_of(s) is None else s for s in specs]
 
 
 def _named(name: str, engine: str) -> str:
@@ -65,11 +74,11 @@ def pytest_configure(config):
     from contracts.engines import EngineSpecError, parse_spec
     from contracts.subject import Subject
 
-    for spec in engines(config):
-        try:
+    try:
+        for spec in engines(config):
             parse_spec(spec)
-        except EngineSpecError as e:
-            raise pytest.UsageError(str(e)) from None
+    except EngineSpecError as e:
+        raise pytest.UsageError(str(e)) from None
     from contracts.builds import read_record, subject_for, twin_expectations
     from contracts.checkpoint import InputError
 
@@ -186,6 +195,9 @@ class ContractItem(pytest.Item):
         only = self.config.getoption("contracts_only")
         result = self.subject.result(self.contract_id, [c.strip() for c in only.split(",")] if only else None)
         self.user_properties.append(("result", result.to_dict()))
+        from contracts.subject import path_record
+
+        self.user_properties.append(("path", path_record(self.subject)))
         if result.status == FAIL:
             raise ContractFailed(result)
         if result.status == SKIP:
@@ -202,7 +214,12 @@ class ContractItem(pytest.Item):
             result = excinfo.value.args[0]
             from contracts.report import cause
 
-            lines = [f"{result.contract}{cause(result.to_dict())} failed on {self.subject.checkpoint_path}: "
+            from contracts.report import path_label
+            from contracts.subject import path_record
+
+            engine = self.subject.engine_info()
+            lines = [f"{result.contract}{cause(result.to_dict())} failed on {self.subject.checkpoint_path} "
+                     f"({engine['name']} {engine['version']} on {path_label({'path': path_record(self.subject)})}): "
                      f"{result.summary}"]
             lines += _evidence_lines(result.evidence)
             if result.fix:
@@ -247,6 +264,7 @@ class BuildItem(pytest.Item):
 
 class ContractsCollector(pytest.Collector):
     def collect(self):
+        from contracts.engines import release
         from contracts.registry import select
 
         for trainer, built in _builds(self.config).items():
@@ -258,8 +276,9 @@ class ContractsCollector(pytest.Collector):
             for contract in select(ids):
                 item = ContractItem.from_parent(self, name=f"{contract.id}[{subject.name}]",
                                                 contract_id=contract.id, subject=subject)
-                # `-n N --dist loadgroup` gives each engine release one worker (one environment, one engine start)
-                item.add_marker(pytest.mark.xdist_group(subject.engine))
+                # `-n N --dist loadgroup` gives each engine release one worker (one environment, one engine start,
+                # both of its vLLM runners)
+                item.add_marker(pytest.mark.xdist_group(release(subject.engine)))
                 why = expected.get((subject.name, contract.id))
                 if why:
                     item.add_marker(pytest.mark.xfail(reason=why, strict=True, raises=ContractFailed))
@@ -291,6 +310,8 @@ def pytest_runtest_logreport(report):
             result = props["result"]
             record.update(status=result["status"], summary=result["summary"],
                           root_cause=result.get("root_cause"), follows_from=result.get("follows_from"))
+            if props.get("path"):
+                record["path"] = {k: props["path"].get(k) for k in ("kind", "label", "is_default", "default_why")}
         else:  # the engine could not be started or made: the reason, in one line (the exception's own message)
             crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
             message = getattr(crash, "message", None) or (str(report.longrepr).strip().splitlines() or ["?"])[-1]

@@ -16,10 +16,25 @@ def exit_code(reports: list[dict], strict: bool = False) -> int:
     return 1 if FAIL in statuses or (strict and WARN in statuses) else 0
 
 
+def path_label(rep: dict) -> str:
+    """The code path a report judged, said as users deploy it: "Model Runner V2 (the GPU default)", "EAGLEWorkerV2
+    (its default worker)", or "Model Runner V1 (asked for; a GPU deployment runs Model Runner V2)"."""
+    p = rep.get("path") or {}
+    if not p.get("label"):
+        return "path unknown" + (f" ({p['why_unknown'][:120]})" if p.get("why_unknown") else "")
+    if p["is_default"]:
+        return f"{p['label']} ({'the GPU default' if p['kind'] == 'runner' else 'its default worker'})"
+    return f"{p['label']} (asked for; a GPU deployment runs {p.get('default_label') or p['default']})"
+
+
 def _reproduce(rep: dict, contract: str) -> str:
     cmd = ["eagle3-contracts", "check", rep["checkpoint"]]
     if rep.get("target"):
         cmd += ["--target", rep["target"]]
+    spec = rep.get("engine_spec") or "sglang"
+    if spec != "sglang":
+        release, _, runner = spec.partition(":")
+        cmd += ["--engine", release] + (["--runner", runner] if runner else [])
     return " ".join(shlex.quote(c) for c in cmd + ["--only", contract])
 
 
@@ -68,6 +83,7 @@ def render_text(reports: list[dict]) -> str:
         out.append(f"{rep.get('name') or rep['checkpoint']}  ({rep['trainer_format']} checkpoint, "
                    f"target {rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
                    f"{rep['duration_s']:.1f}s)")
+        out.append(f"  judged on {path_label(rep)}")
         if (rep.get("judged_as") or {}).get("form") == "converted":
             out.append(f"  judged in its verbatim conversion, as `{rep['judged_as']['command']}` (a hand conversion) "
                        f"writes it; to deploy: `{rep['judged_as']['to_deploy']}`")
@@ -92,7 +108,8 @@ def render_markdown(reports: list[dict]) -> str:
     out = []
     for rep in reports:
         out.append(f"### {rep.get('name') or rep['checkpoint']}\n")
-        out.append(f"engine {rep['engine']['name']} {rep['engine']['version']}, {rep['trainer_format']} checkpoint"
+        out.append(f"engine {rep['engine']['name']} {rep['engine']['version']} on {path_label(rep)}, "
+                   f"{rep['trainer_format']} checkpoint"
                    + (f", judged in its verbatim conversion (`{rep['judged_as']['command']}`)"
                       if (rep.get("judged_as") or {}).get("form") == "converted" else
                       f", judged in the copy `convert` wrote ({rep['judged_as']['directory']})"
@@ -114,6 +131,12 @@ def render_junit(reports: list[dict]) -> str:
         suite = ET.SubElement(suites, "testsuite", name=rep.get("name") or rep["checkpoint"],
                               tests=str(len(results)), failures=str(sum(r["status"] == FAIL for r in results)),
                               skipped=str(sum(r["status"] == SKIP for r in results)), time=str(rep["duration_s"]))
+        properties = ET.SubElement(suite, "properties")
+        engine = rep.get("engine") or {}
+        for name, value in (("engine", f"{engine.get('name')} {engine.get('version')}"), ("path", path_label(rep)),
+                            ("path_default_why", (rep.get("path") or {}).get("default_why"))):
+            if value:
+                ET.SubElement(properties, "property", name=name, value=value)
         for r in results:
             case = ET.SubElement(suite, "testcase", classname=suite.get("name"), name=r["contract"])
             detail = json.dumps({"evidence": r["evidence"], "fix": r.get("fix")}, indent=1, default=str)

@@ -41,7 +41,9 @@ class Subject:
     trainer: str | None = None  # the library that trained it, when known (else inferred from the format)
     trainer_aux_ids: list[int] | None = None  # the aux layer ids it trained on, in the trainer's convention
     reference_path: Path | None = None  # the trainer's own reference forward (inputs + step-0 logits), if any
-    engine: str = "sglang"  # the engine under test: "sglang" (installed here), "sglang==X", "vllm" or "vllm==X"
+    # the engine under test: "sglang" (installed here), "sglang==X", "vllm" or "vllm==X", judged on the path a GPU
+    # deployment of that release takes by default; "vllm==X:v1" / ":v2" asks for a model runner
+    engine: str = "sglang"
     # the transformers hidden_states indices the trainer trained on, when its build recorded them (build-tiny: read
     # off the installed release's own capture, which for some releases differs from the trainer's convention)
     trainer_hidden_states: list[int] | None = None
@@ -90,11 +92,25 @@ class Subject:
         return engine_for(self.engine)
 
     @cached_property
+    def path(self):
+        """The engine's ``PathObservation``: the code path a GPU deployment of this release takes for this draft by
+        default (vLLM's model runner, SGLang's speculative worker), found from the release's own code, and the one
+        judged (``engine`` asks for another with ``:v1`` / ``:v2``)."""
+        from contracts.engines import runner_of
+
+        return self.adapter.path(self.engine_dir, self.target_path, runner_of(self.engine))
+
+    @property
+    def runner(self) -> str | None:
+        """The vLLM runner every observation of this subject is made on (None for SGLang)."""
+        return self.path.judged if self.path.kind == "runner" else None
+
+    @cached_property
     def _load(self):
         from contracts.engines.errors import EngineBuildError
 
         try:
-            return self.adapter.load(self.engine_dir, self.target_path), None
+            return self.adapter.load(self.engine_dir, self.target_path, runner=self.runner), None
         except EngineBuildError as e:
             return None, str(e)
 
@@ -156,12 +172,30 @@ class Subject:
 
         return self.adapter.config(self.checkpoint_path, trained_config(self.checkpoint.config), {}, None)
 
+    @cached_property
+    def conversion_record(self) -> dict | None:
+        """What a copy written by ``convert`` records of itself (its trainer, the ids it trained with and the
+        ``hidden_states`` they are, the release it was made for): its ids are that release's, no longer the trainer's
+        convention, so the trained layers are read from here. Raises InputError when it contradicts ``--trainer``."""
+        from contracts.conversion import RECORD_KEY
+
+        record = self.checkpoint.config.get(RECORD_KEY)
+        if not isinstance(record, dict):
+            return None
+        recorded = record.get("trainer")
+        if self.trainer and recorded and self.trainer != recorded:
+            raise InputError(f"{self.checkpoint_path}/config.json: this copy records that {recorded} trained it "
+                             f"({RECORD_KEY}, written by eagle3-contracts convert), but --trainer says {self.trainer}")
+        return record
+
     @property
     def trainer_name(self) -> str | None:
         from contracts.conventions import TRAINERS
 
         if self.trainer:
             return self.trainer
+        if (self.conversion_record or {}).get("trainer"):
+            return self.conversion_record["trainer"]
         return self.trainer_format if self.trainer_format in TRAINERS else None
 
     @cached_property
@@ -174,13 +208,21 @@ class Subject:
         n = text_config(self.target.config).get("num_hidden_layers") if self.target is not None else None
         if not trainer or not n:
             return None
+        record = self.conversion_record or {}
         if self.trainer_aux_ids is not None:
             ids, source = list(self.trainer_aux_ids), "the trainer's record"
+        elif record.get("trainer_aux_ids") is not None:
+            ids, source = list(record["trainer_aux_ids"]), f"the conversion record ({record.get('source')})"
         else:
             ids, source = trainer_layer_ids(trainer, self.checkpoint.config, int(n))
         if self.trainer_hidden_states is not None:
             return {"name": trainer, "ids": ids, "ids_from": source, "hf_hidden_states": list(self.trainer_hidden_states),
                     "hf_hidden_states_from": "the build record (the installed release's own capture)"}
+        if record.get("trained_hidden_states") is not None:
+            return {"name": trainer, "ids": ids, "ids_from": source,
+                    "hf_hidden_states": list(record["trained_hidden_states"]),
+                    "hf_hidden_states_from": f"the conversion record: this copy was made by convert for "
+                                             f"{record.get('made_for')}, its ids are that engine's"}
         return {"name": trainer, "ids": ids, "ids_from": source, "hf_hidden_states": hf_indices(trainer, ids)}
 
     @cached_property
@@ -190,7 +232,7 @@ class Subject:
             return None
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
         wanted = self.trainer_layers["hf_hidden_states"] if self.trainer_layers else None
-        return self.adapter.aux(self.engine_dir, self.target_path, wanted)
+        return self.adapter.aux(self.engine_dir, self.target_path, wanted, runner=self.runner)
 
     @cached_property
     def config_obs(self):
@@ -229,7 +271,7 @@ class Subject:
 
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
         try:
-            return self.adapter.forward(self.engine_dir, self.target_path, self.reference_path)
+            return self.adapter.forward(self.engine_dir, self.target_path, self.reference_path, runner=self.runner)
         except TargetBuildError as e:  # (a subclass of EngineBuildError: first)
             raise TargetRefused(str(e)) from None
         except EngineBuildError as e:
@@ -243,7 +285,7 @@ class Subject:
         from contracts.engines.errors import EngineBuildError, TargetBuildError
 
         try:
-            return self.adapter.embed_head(self.engine_dir, self.target_path), None
+            return self.adapter.embed_head(self.engine_dir, self.target_path, runner=self.runner), None
         except TargetBuildError as e:
             return None, TargetRefused(str(e))
         except EngineBuildError as e:
@@ -308,8 +350,24 @@ class Subject:
             self._tmp = None
 
 
+def path_record(subject: Subject) -> dict | None:
+    """What a report says of the path it judged: which one, whether a GPU deployment takes it by default, and how
+    the release's own code decides the default (None when the engine could not be asked)."""
+    from contracts.engines.errors import EngineBuildError, ReplayError
+
+    try:
+        p = subject.path
+    except (EngineBuildError, ReplayError) as e:
+        return {"label": None, "why_unknown": str(e)[:300]}
+    return {"kind": p.kind, "judged": p.judged, "label": p.label, "default": p.default,
+            "default_label": p.default_label, "is_default": p.is_default, "default_why": p.default_why,
+            "asked": p.asked, "available": p.available}
+
+
 def report(subject: Subject, only: list[str] | None = None) -> dict:
     """Run the selected contracts on one subject; the JSON document of DESIGN.md."""
+    from contracts.engines import canonical
+
     start = time.perf_counter()
     try:
         results = subject.run(only)
@@ -317,6 +375,8 @@ def report(subject: Subject, only: list[str] | None = None) -> dict:
             "checkpoint": str(subject.checkpoint_path),
             "target": None if subject.target_path is None else str(subject.target_path),
             "engine": subject.engine_info(),
+            "engine_spec": canonical(subject.engine),
+            "path": path_record(subject),
             "trainer_format": subject.trainer_format,
             "results": [r.to_dict() for r in results],
             "duration_s": round(time.perf_counter() - start, 3),

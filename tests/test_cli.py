@@ -28,8 +28,12 @@ def test_check_json_document_has_the_documented_shape(capsys):
     code, out, err = run_cli(capsys, "check", DRAFTS["specforge"], "--target", TARGET, "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"checkpoint", "target", "engine", "trainer_format", "results", "duration_s"}
+    assert set(doc) == {"checkpoint", "target", "engine", "engine_spec", "path", "trainer_format", "results",
+                        "duration_s"}
     assert doc["engine"] == {"name": "sglang", "version": "0.5.23"}
+    # the path judged is the one a GPU deployment takes, found from the release's own code, and says so
+    assert doc["path"]["kind"] == "worker" and doc["path"]["judged"] == "EAGLEWorkerV2" and doc["path"]["is_default"]
+    assert "SpeculativeAlgorithm.create_worker" in doc["path"]["default_why"]
     assert doc["trainer_format"] == "specforge"
     ids = [r["contract"] for r in doc["results"]]
     assert ids[:4] == ["key-naming", "tensor-shapes", "d2t-semantics", "hidden-width"]  # DESIGN.md's order
@@ -185,7 +189,7 @@ def test_matrix_exits_1_when_no_release_serves_the_draft(capsys, tmp_path):
          "follows_from": ["key-naming"]}]} for v in ("0.5.3", "0.5.9")])
     assert matrix.exit_code(doc) == 1
     table = matrix.markdown(doc)
-    assert "| d | sglang 0.5.3 | as saved | FAIL (root cause) | FAIL ← key-naming | **no** |" in table
+    assert "| d | sglang 0.5.3 | - | as saved | FAIL (root cause) | FAIL ← key-naming | **no** |" in table
     assert "serves as trained on none of sglang==0.5.3, sglang==0.5.9" in matrix.text(doc)
 
 

@@ -79,6 +79,9 @@ def test_refusals_are_exit_2(case, tmp_path, capsys):
         assert tree_digest(src) == before
 
 
+RECORD_KEY = "eagle3_contracts_conversion"
+
+
 def _convert(capsys, src, dst, *more, target=TARGET):
     code = main(["convert", str(src), str(dst), "--target", str(target), "--format", "json", *more])
     out = capsys.readouterr()
@@ -139,8 +142,52 @@ def test_a_specforge_draft_with_explicit_ids_is_shifted_for_vllm(broken, tmp_pat
 def test_a_speculators_draft_needs_nothing_for_vllm(tmp_path, capsys):
     code, doc, err, cfg = _convert(capsys, DRAFTS["speculators-default"], tmp_path / "out", "--to", "vllm")
     assert code == 0, err
+    record = cfg.pop(RECORD_KEY)
     assert cfg == json.loads((DRAFTS["speculators-default"] / "config.json").read_text())  # read as saved
     assert "kept as [2, 4, 5]" in err
+    assert record["trainer"] == "speculators" and record["trained_hidden_states"] == [2, 4, 5]
+    assert record["made_for"] == "vllm==0.32.0" and record["proven_on"] == ["v2", "v1"]
+    # proven on both runners: the default path's document, and Model Runner V1's inside it
+    assert doc["path"]["label"] == "Model Runner V2" and doc["path"]["is_default"]
+    assert [o["path"]["label"] for o in doc["other_paths"]] == ["Model Runner V1"]
+    assert all(r["status"] != "fail" for o in [doc, *doc["other_paths"]] for r in o["results"])
+
+
+@pytest.mark.parametrize("name,hf", [("modelopt-default-hd32", [2, 4, 5]), ("modelopt-explicit-hd32", [2, 5, 7])])
+def test_model_optimizer_drafts_get_top_level_ids_both_vllm_runners_read(name, hf, tmp_path, capsys):
+    """Model Optimizer writes its ids under eagle_config: Model Runner V1 reads them one layer early, V2 never reads
+    them (its default happens to be the default draft's layers, not the explicit draft's). The copy carries the ids
+    at the top level, where both runners read them first, and is proven on both."""
+    src = FIXTURES / "drafts" / name
+    code, doc, err, cfg = _convert(capsys, src, tmp_path / "out", "--to", "vllm",
+                                   target=FIXTURES / "targets" / "llama-tiny-hd32")
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == hf and cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == hf
+    assert f"wrote {hf} (vllm 0.32.0 on Model Runner V2, vllm 0.32.0 on Model Runner V1 then capture" in err
+    for judged in [doc, *doc["other_paths"]]:
+        assert _status(judged, "hidden-width") == "pass", judged["path"]
+    # (forward-parity, its first layer no engine computes, needs the trainer's reference: judged in after_convert)
+    assert code == 0 and "(Model Runner V2 and Model Runner V1) serves it as trained" in err
+
+
+def test_a_copy_made_for_sglang_is_judged_by_what_it_was_trained_on(tmp_path, capsys):
+    """A speculators draft converted for SGLang carries SGLang's ids ([1, 3, 4]), no longer speculators' convention:
+    `check COPY --trainer speculators` (the truth) used to read them as speculators' ids and print a fix that shifted
+    them again. The copy's record says what it was trained on, so it gets the same verdict with or without --trainer."""
+    src = DRAFTS["speculators-default"]
+    code, _, err, cfg = _convert(capsys, src, tmp_path / "copy", "--to", "sglang")
+    assert code == 0, err
+    assert _ids(cfg) == [1, 3, 4]
+    for trainer in (["--trainer", "speculators"], []):
+        code = main(["check", str(tmp_path / "copy"), "--target", str(TARGET), "--format", "json", *trainer])
+        out = capsys.readouterr().out
+        doc = json.loads(out)
+        assert code == 0 and not any(r.get("fix") for r in doc["results"] if r["status"] == "fail"), out
+        width = next(r for r in doc["results"] if r["contract"] == "hidden-width")
+        assert width["status"] == "pass" and width["evidence"]["trainer"]["hf_hidden_states"] == [2, 4, 5]
+        assert "the conversion record" in width["evidence"]["trainer"]["hf_hidden_states_from"]
+    code = main(["check", str(tmp_path / "copy"), "--target", str(TARGET), "--trainer", "specforge"])
+    err = capsys.readouterr().err
+    assert code == 2 and "records that speculators trained it" in err and err.count("\n") == 1
 
 
 def test_a_switch_the_engine_lacks_makes_it_exit_1_naming_the_switch(tmp_path, capsys):
@@ -168,8 +215,8 @@ def test_the_matrix_has_a_row_for_the_copy_convert_writes(tmp_path, capsys):
     from contracts import matrix
 
     table = matrix.markdown(doc)
-    assert f"| {src} | sglang 0.5.23 | verbatim conversion |" in table
-    assert f"| {src} after convert | sglang 0.5.23 | after convert |" in table
+    assert f"| {src} | sglang 0.5.23 | EAGLEWorkerV2 (its default worker) | verbatim conversion |" in table
+    assert f"| {src} after convert | sglang 0.5.23 | EAGLEWorkerV2 (its default worker) | after convert |" in table
 
 
 def test_tensors_a_release_loads_under_another_name_are_renamed(tmp_path, capsys):
@@ -193,16 +240,20 @@ def test_every_bundled_draft_after_convert_gets_its_documented_verdicts(engine):
     release (the trainers' own step-0 references included, so forward-parity proves the trained math where judged);
     a change in either direction fails here."""
     from contracts import matrix
-    from contracts.bundled import EXPECTED, bundled_subjects
+    from contracts.bundled import EXPECTED, bundled_subjects, documented_key
 
-    documented = json.loads(EXPECTED.read_text())["after_convert"][engine]
+    documented = json.loads(EXPECTED.read_text())["after_convert"]
     got = {}
     for subject in bundled_subjects(engine=engine):
         try:
-            rep = matrix.converted_report(subject, engine)
+            reps = matrix.converted_report(subject, engine)
         finally:
             subject.close()
-        got[subject.name] = sorted(r["contract"] for r in rep["results"] if r["status"] == "fail")
-    assert got == {name: sorted(documented.get(name, {})) for name in got}
-    # the speculators drafts (and, for vLLM, the SGLang-convention ones) are aligned wherever the class can capture
-    assert all("hidden-width" not in fails for name, fails in got.items() if name != "speculators-kimi-k25")
+        for rep in reps:  # the release's default path, then (vLLM) its other runner: convert proves the copy on both
+            got.setdefault(documented_key(rep), {})[subject.name] = sorted(
+                r["contract"] for r in rep["results"] if r["status"] == "fail")
+    assert sorted(got) == ([engine, f"{engine}:v1"] if engine.startswith("vllm") else [engine])
+    for key, by in got.items():
+        assert by == {name: sorted(documented[key].get(name, {})) for name in by}, key
+        # the speculators drafts (and, for vLLM, the SGLang-convention ones) are aligned wherever the class captures
+        assert all("hidden-width" not in fails for name, fails in by.items() if name != "speculators-kimi-k25")

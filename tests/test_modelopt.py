@@ -42,17 +42,33 @@ def test_its_export_is_recognised_as_model_optimizers():
 
 
 @pytest.mark.parametrize("name,hf", [("modelopt-default-hd32", [2, 4, 5]), ("modelopt-explicit-hd32", [2, 5, 7])])
-def test_its_ids_are_layer_outputs_aligned_on_sglang_and_one_layer_early_on_vllm(name, hf):
+def test_its_ids_are_layer_outputs_aligned_on_sglang_and_one_layer_early_on_vllm_v1(name, hf):
     """Model Optimizer's id i is the output of layer i (hidden_states[i+1]), which SGLang's explicit ids capture;
-    vLLM's id i is hidden_states[i]. The export writes even the default ids explicitly, so both drafts differ."""
+    vLLM's id i is hidden_states[i]. The export writes even the default ids explicitly (under eagle_config), which
+    Model Runner V1 reads: both drafts are one layer early there."""
     on_sglang = judge("hidden-width", DRAFTS[name])
     assert on_sglang.status == "pass", on_sglang
     assert on_sglang.evidence["engine_hf_hidden_states"] == hf
-    on_vllm = judge("hidden-width", DRAFTS[name], engine=VLLM)
+    on_vllm = judge("hidden-width", DRAFTS[name], engine=VLLM + ":v1")
     assert on_vllm.status == "fail"
     ids = MANIFEST[name]["aux_layer_ids"]
     assert f"the engine captures hidden_states {ids} but modelopt trained on hidden_states {hf}" in on_vllm.summary
-    assert f"eagle_config.eagle_aux_hidden_state_layer_ids: {hf}" in on_vllm.fix
+    assert f"write eagle_aux_hidden_state_layer_ids: {hf}" in on_vllm.fix
+
+
+def test_on_model_runner_v2_its_default_draft_is_served_as_trained_and_custom_ids_are_not():
+    """Model Runner V2, a GPU server's default, never reads ids nested under eagle_config: it captures the target's
+    default (2, N//2, N-3) = hidden_states [2, 4, 5], which are exactly the layers the default draft's [1, 3, 4]
+    name; the explicit draft's [1, 4, 6] (hidden_states [2, 5, 7]) are silently served on those default layers."""
+    default = judge("hidden-width", DRAFTS["modelopt-default-hd32"], engine=VLLM)
+    assert default.status == "pass", default
+    assert default.evidence["engine_hf_hidden_states"] == [2, 4, 5] and default.evidence["runner"] == "v2"
+    explicit = judge("hidden-width", DRAFTS["modelopt-explicit-hd32"], engine=VLLM)
+    assert explicit.status == "fail"
+    assert "the engine captures hidden_states [2, 4, 5] but modelopt trained on hidden_states [2, 5, 7]" in \
+        explicit.summary
+    assert "on Model Runner V2 reads no aux ids from this config" in explicit.summary
+    assert explicit.fix.startswith("write eagle_aux_hidden_state_layer_ids: [2, 5, 7]")
 
 
 @pytest.mark.parametrize("engine", ["sglang", VLLM])

@@ -14,15 +14,16 @@ from conftest import DELETE, DRAFTS, FIXTURES, TARGET, make_copy
 from contracts.cli import main
 from contracts.subject import Subject
 
-VLLM = "vllm==0.32.0"
+VLLM = "vllm==0.32.0"  # judged on the runner a GPU deployment takes: Model Runner V2
+V1 = "vllm==0.32.0:v1"  # the CPU build's runner, on request
 H = 64
 HD32_TARGET = FIXTURES / "targets" / "llama-tiny-hd32"
 HD32 = {name: FIXTURES / "drafts" / f"{name}-hd32" for name in ("specforge", "speculators-default", "speculators-train")}
 REFERENCES = FIXTURES / "references"
 
 
-def judge(contract_id: str, checkpoint, target=TARGET, **fields):
-    subject = Subject(checkpoint.name, checkpoint, target, engine=VLLM, **fields)
+def judge(contract_id: str, checkpoint, target=TARGET, engine=VLLM, **fields):
+    subject = Subject(checkpoint.name, checkpoint, target, engine=engine, **fields)
     try:
         (result,) = subject.run([contract_id])
         return result
@@ -51,11 +52,13 @@ def test_trainer_drafts_reach_vllms_parameters(name):
     assert result.evidence["engine_class"] == "Eagle3LlamaForCausalLM"
 
 
-def test_specforge_midlayer_is_renamed_and_its_missing_embedding_is_shared():
-    result = judge("key-naming", DRAFTS["specforge"])
+@pytest.mark.parametrize("engine,step", [(VLLM, "maybe_share_target_embed"), (V1, "_maybe_share_embeddings")])
+def test_specforge_midlayer_is_renamed_and_its_missing_embedding_is_shared(engine, step):
+    """The load is the same on both runners; the step that shares the target's embedding is each runner's own."""
+    result = judge("key-naming", DRAFTS["specforge"], engine=engine)
     assert result.evidence["renamed_by_engine"]["midlayer.self_attn.q_proj.weight"] == [
         "model.layers.0.self_attn.qkv_proj.weight"]
-    assert result.evidence["written_by_target_sharing"] == {"model.embed_tokens.weight": "_maybe_share_embeddings"}
+    assert result.evidence["written_by_target_sharing"] == {"model.embed_tokens.weight": step}
 
 
 def test_fc_bias_is_dropped_without_a_word(broken):
@@ -136,14 +139,31 @@ def test_default_and_speculators_ids_are_aligned_on_vllm(name, trainer):
     assert result.evidence["hidden_width"] == 3 * H and result.evidence["fc_ran"] is True
 
 
-def test_a_specforge_draft_with_explicit_ids_is_one_layer_early_on_vllm(broken):
-    """SpecForge trained on SGLang's capture (id k -> hidden_states[k+1]); written into eagle_config, vLLM
-    captures hidden_states[k]: the mirror of vLLM PR #43671's case."""
+def test_a_specforge_draft_with_explicit_ids_is_one_layer_early_on_model_runner_v1(broken):
+    """SpecForge trained on SGLang's capture (id k -> hidden_states[k+1]); written into eagle_config, V1 captures
+    hidden_states[k]: the mirror of vLLM PR #43671's case."""
     path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}})
-    result = judge("hidden-width", path, trainer="specforge")
+    result = judge("hidden-width", path, trainer="specforge", engine=V1)
     assert result.status == "fail"
     assert "captures hidden_states [1, 3, 4] but specforge trained on hidden_states [2, 4, 5]" in result.summary
     assert "[2, 4, 5]" in result.fix and "vLLM 0.32.0 then captures" in result.fix
+    assert result.evidence["runner"] == "v1"
+
+
+def test_model_runner_v2_never_reads_nested_ids(broken):
+    """V2 reads the top-level key only: ids nested under eagle_config are served on the target's default layers,
+    which here are the ones SpecForge trained on ([1, 3, 4] + 1 = the default [2, 4, 5]) and there are not."""
+    aligned = judge("hidden-width", broken("specforge", config={"eagle_config": {
+        "eagle_aux_hidden_state_layer_ids": [1, 3, 4]}}), trainer="specforge")
+    assert aligned.status == "pass", aligned
+    assert aligned.evidence["aux_layer_ids"] is None and aligned.evidence["runner"] == "v2"
+    custom = judge("hidden-width", broken("specforge", config={"eagle_config": {
+        "eagle_aux_hidden_state_layer_ids": [0, 2, 6]}}), trainer="specforge")
+    assert custom.status == "fail"
+    assert "captures hidden_states [2, 4, 5] but specforge trained on hidden_states [1, 3, 7]" in custom.summary
+    assert "reads no aux ids from this config (eagle_config.eagle_aux_hidden_state_layer_ids: [0, 2, 6] is not a " \
+           "key it reads)" in custom.summary
+    assert custom.fix.startswith("write eagle_aux_hidden_state_layer_ids: [1, 3, 7]")
 
 
 def test_a_target_class_without_supports_eagle3_refuses(tmp_path):
@@ -161,18 +181,22 @@ def test_the_kimi_k25_target_captures_the_trained_layers_on_vllm():
 
 # --- embed-head -------------------------------------------------------------------------------------------
 
-def test_trained_heads_are_kept():
-    result = judge("embed-head", DRAFTS["specforge"])
+@pytest.mark.parametrize("engine,step", [(VLLM, "maybe_share_target_embed"), (V1, "_maybe_share_embeddings")])
+def test_trained_heads_are_kept(engine, step):
+    result = judge("embed-head", DRAFTS["specforge"], engine=engine)
     assert result.status == "pass", result
     assert result.evidence["head"]["from"] == "checkpoint"
-    assert result.evidence["embedding"]["from"] == "target (_maybe_share_embeddings)"
+    assert result.evidence["embedding"]["from"] == f"target ({step})"
+    assert result.evidence["wiring"]["engine_function"] == {
+        VLLM: "EagleSpeculator.load_model (load_eagle_model)", V1: "EagleProposer.load_model"}[engine]
 
 
-def test_a_reduced_vocab_draft_without_lm_head_gets_the_targets_full_head(broken):
-    """The proposer shares the target's 512-row head into a 64-id draft: no d2t maps those logits."""
-    result = judge("embed-head", broken("specforge", remove=["lm_head.weight"]))
+@pytest.mark.parametrize("engine,step", [(VLLM, "load_eagle_model"), (V1, "_maybe_share_lm_head")])
+def test_a_reduced_vocab_draft_without_lm_head_gets_the_targets_full_head(broken, engine, step):
+    """Both runners share the target's 512-row head into a 64-id draft: no d2t maps those logits."""
+    result = judge("embed-head", broken("specforge", remove=["lm_head.weight"]), engine=engine)
     assert result.status == "fail"
-    assert result.evidence["head"]["from"] == "target (_maybe_share_lm_head)"
+    assert result.evidence["head"]["from"] == f"target ({step})"
     assert "declares draft_vocab_size 64 but is served with a head of 512 rows" in result.summary
 
 
@@ -201,26 +225,29 @@ def _real_size_drafter(root, *, with_embed: bool, target_weights: bool):
     return root / "draft", target
 
 
-def test_a_real_size_draft_is_wired_without_a_wiring_error_of_ours(tmp_path):
+@pytest.mark.parametrize("engine,step", [(VLLM, "maybe_share_target_embed"), (V1, "_maybe_share_embeddings")])
+def test_a_real_size_draft_is_wired_without_a_wiring_error_of_ours(tmp_path, engine, step):
     """vLLM's sharing steps read the draft's vocabulary tensors by value (``.cpu()``, ``torch.equal``); on a draft
     traced on ``meta`` that raised "Cannot copy out of meta tensor", reported as vLLM's wiring failing (a false
-    fail on every real-size draft). A config-only target's embedding and head are storage-free stand-ins."""
+    fail on every real-size draft). A config-only target's embedding and head are storage-free stand-ins. V2's
+    runner and speculator are constructed for the real-size config too."""
     draft, target = _real_size_drafter(tmp_path, with_embed=False, target_weights=False)
-    result = judge("embed-head", draft, target=target)
+    result = judge("embed-head", draft, target=target, engine=engine)
     assert result.status == "pass", result
     assert "wiring_error" not in result.evidence
-    assert result.evidence["embedding"]["from"] == "target (_maybe_share_embeddings)"
+    assert result.evidence["embedding"]["from"] == f"target ({step})"
     assert result.evidence["head"]["from"] == "checkpoint"
 
 
-def test_a_real_size_embedding_identical_to_the_targets_is_shared(tmp_path):
+@pytest.mark.parametrize("engine,step", [(VLLM, "maybe_share_target_embed"), (V1, "_maybe_share_embeddings")])
+def test_a_real_size_embedding_identical_to_the_targets_is_shared(tmp_path, engine, step):
     """Where vLLM's comparison can come out true (same shape, a target with weights) it gets the draft's checkpoint
     values: an embedding equal to the target's is shared, as vLLM shares it."""
     draft, target = _real_size_drafter(tmp_path, with_embed=True, target_weights=True)
-    result = judge("embed-head", draft, target=target)
+    result = judge("embed-head", draft, target=target, engine=engine)
     assert result.status == "pass", result
     assert "wiring_error" not in result.evidence
-    assert result.evidence["wiring"]["calls"] == ["_maybe_share_embeddings"]
+    assert result.evidence["wiring"]["calls"] == [step]
     assert result.evidence["embedding"]["same_object_as"] == "target:model.embed_tokens.weight"
 
 

@@ -17,7 +17,7 @@ from contracts.checkpoint import rope_of, text_config
 from contracts.checks.evidence import engine_label
 from contracts.conventions import MODELOPT_SWITCHES, ONE_LAYER_ONLY, engine_fixed_value
 from contracts.refusals import DRAFT_ARCHITECTURE_FIX
-from contracts.registry import FAIL, PASS, WARN, Result, contract
+from contracts.registry import FAIL, PASS, SKIP, WARN, Result, contract
 
 # Boolean switches that change the math. Which of them an engine honours is not listed anywhere: it is measured by
 # flipping each one present in the checkpoint's config. The first ones default to false in the trainers and the
@@ -132,10 +132,18 @@ def check_config(subject) -> Result:
 
     if len(warnings) > len(own):
         warn_fixes.append("confirm these differences from the target are intended (serve with --dtype to align dtypes)")
+    unprobed = None
+    if obs.switches_not_probed:
+        set_here = switches_in(flat, original)
+        unprobed = (f"whether {label} honours the switches this config sets ({', '.join(set_here) or 'none'}) is not "
+                    f"judged: {obs.switches_not_probed}")
     if problems:
-        return Result("config", FAIL, "; ".join(problems + warnings), ev, "; ".join(dict.fromkeys(fixes + warn_fixes)))
+        return Result("config", FAIL, "; ".join(problems + warnings + ([unprobed] if unprobed else [])), ev,
+                      "; ".join(dict.fromkeys(fixes + warn_fixes)))
     if warnings:
-        return Result("config", WARN, "; ".join(warnings), ev, "; ".join(warn_fixes))
+        return Result("config", WARN, "; ".join(warnings + ([unprobed] if unprobed else [])), ev, "; ".join(warn_fixes))
+    if unprobed:
+        return Result("config", SKIP, f"dispatches to {obs.draft_class}, sizes agree with the target; {unprobed}", ev)
     honoured = [k for k, s in obs.switches.items() if s["honoured"]]
     return Result("config", PASS, f"dispatches to {obs.draft_class}; switches honoured: {honoured or 'none set'}; "
                   f"sizes agree with the target", ev)

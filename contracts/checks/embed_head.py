@@ -30,14 +30,20 @@ def _key(tensors: dict, suffix: str) -> str | None:
     return keys[0] if keys else None
 
 
+# The engine steps that share one of the target's vocabulary tensors into the draft, per role: vLLM's Model Runner V1
+# (the proposer's) and V2 (``load_eagle_model`` shares the head itself, the embedding through its helper).
+SHARING_STEP = {"embed": ("_maybe_share_embeddings", "maybe_share_target_embed"),
+                "head": ("_maybe_share_lm_head", "load_eagle_model")}
+
+
 def _via(obs, role: str) -> str:
     """The engine step that put the target's tensor into the draft (SGLang: set_embed / set_embed_and_head;
-    vLLM: the proposer's _maybe_share_embeddings / _maybe_share_lm_head)."""
+    vLLM: the step of the runner judged, ``SHARING_STEP``)."""
     if "set_embed_and_head" in obs.calls:
         return "set_embed_and_head"
-    own = "_maybe_share_lm_head" if role == "head" else "_maybe_share_embeddings"
-    if own in obs.calls:
-        return own
+    own = [step for step in SHARING_STEP[role] if step in obs.calls]
+    if own:
+        return own[0]
     return obs.calls[0] if obs.calls else "set_embed"
 
 
@@ -156,6 +162,13 @@ def check_embed_head(subject) -> Result:
                              f"retrain from a checkpoint whose `{ckpt_embed}` equals the target's")
         else:
             e_ev["checkpoint_vs_target"] = "skipped: no target weights"
+    if embed_origin.startswith("target") and obs.embed.shape and isinstance(d["hidden_size"], int) and \
+            obs.embed.shape[-1] != d["hidden_size"]:
+        problems.append(f"the engine shares the target's embedding {obs.embed.shape} into a draft of hidden size "
+                        f"{d['hidden_size']} ({_via(obs, 'embed')}, which checks no width): the draft's first step "
+                        f"cannot run on it")
+        fixes.append(f"save the embedding the draft was trained with as `embed_tokens.weight` "
+                     f"[{obs.embed.shape[0]}, {d['hidden_size']}] (the engine then keeps the draft's own)")
     elif embed_origin == RANDOM or embed_origin.startswith("partly"):
         why = ""
         if "set_embed" in obs.calls and d["has_target_hidden_size"] and d["target_hidden_size"] != d["hidden_size"]:

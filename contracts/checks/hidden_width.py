@@ -22,6 +22,27 @@ HOOK_SINCE = {  # (SGLang)
 }
 
 
+IDS = "eagle_aux_hidden_state_layer_ids"
+
+
+def _on(aux) -> str:
+    return {"v1": " on Model Runner V1", "v2": " on Model Runner V2"}.get(aux.runner or "", "")
+
+
+def _ids_not_read(subject, aux) -> str | None:
+    """Where the config the engine read lists aux ids the engine did not read (it applied its default), if it does:
+    e.g. ids nested under ``eagle_config``, which vLLM's Model Runner V2 never reads, or top-level ids on SGLang."""
+    if aux.aux_layer_ids is not None:
+        return None
+    import json
+
+    cfg = json.loads((subject.engine_dir / "config.json").read_text())
+    nested = (cfg.get("eagle_config") or {}).get(IDS) if isinstance(cfg.get("eagle_config"), dict) else None
+    written = [(f"eagle_config.{IDS}", nested), (IDS, cfg.get(IDS))]
+    listed = [f"{key}: {ids} is not a key it reads" for key, ids in written if ids]
+    return "; ".join(listed) or None
+
+
 def _states(width: int | None, hidden: int | None) -> str:
     if width is None or not hidden:
         return "?"
@@ -79,9 +100,12 @@ def check_hidden_width(subject) -> Result:
         h = aux.tiny_hidden_size
         if aux.hidden_width != aux.fc_in_features:
             what = "fc is silently bypassed" if aux.fc_ran is False and not aux.draft_forward_error else \
-                "the draft forward fails" if aux.draft_forward_error else "fc sees the wrong width"
-            problems.append(f"the target hands over {_states(aux.hidden_width, h)} but fc takes "
-                            f"{_states(aux.fc_in_features, h)}: {what}")
+                f"the draft forward fails ({aux.draft_forward_error[:160]})" if aux.draft_forward_error else \
+                "fc sees the wrong width"
+            takes = f"fc takes {_states(aux.fc_in_features, h)}" if aux.fc_in_features is not None else \
+                "the draft the engine builds for this config has no fc" + (
+                    " (use_aux_hidden_state: false), yet the runner captures them" if aux.use_aux_hidden_state else "")
+            problems.append(f"the target hands over {_states(aux.hidden_width, h)}{_on(aux)} but {takes}: {what}")
         elif aux.fc_ran is False:
             problems.append("fc did not run on the target's hidden states")
         if aux.draft_forward_error:
@@ -96,8 +120,11 @@ def check_hidden_width(subject) -> Result:
         ev["engine_hf_mapping"] = (aux.hf_indices_from or "verified against transformers") if aux.hf_indices else \
             "layer-input convention verified on the Llama target"
         if list(engine_layers) != list(wanted):
+            unread = _ids_not_read(subject, aux)
             problems.append(f"the engine captures hidden_states {list(engine_layers)} but {trainer} trained on "
-                            f"hidden_states {wanted} (its ids {ids})")
+                            f"hidden_states {wanted} (its ids {ids})" + (
+                                f"; {label}{_on(aux)} reads no aux ids from this config ({unread}), so it captures "
+                                f"the target's default layers" if unread else ""))
             if aux.ids_for_trainer_layers is not None:
                 fixes.append(f"write {aux.ids_key or 'eagle_config.eagle_aux_hidden_state_layer_ids'}: "
                              f"{aux.ids_for_trainer_layers} ({label} then captures hidden_states {wanted})")

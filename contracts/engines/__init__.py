@@ -15,21 +15,25 @@ from typing import Protocol
 
 class Engine(Protocol):
     """What a subject asks of an engine; every method returns an observation (or raises the adapter's
-    ``EngineBuildError`` / ``TargetBuildError`` when the engine's own code refuses)."""
+    ``EngineBuildError`` / ``TargetBuildError`` when the engine's own code refuses). ``runner``: the code path
+    judged (vLLM's "v1" / "v2"; None: the one a GPU deployment of this release takes by default), as ``path``
+    resolved it; SGLang's adapter always judges its release's default worker."""
 
-    spec: str  # "sglang" (the one installed here), "sglang==X", "vllm" (its pinned release) or "vllm==X"
+    spec: str  # the release: "sglang" (the one installed here), "sglang==X", "vllm" (its pinned release) or "vllm==X"
 
     def info(self) -> dict: ...
 
-    def load(self, engine_dir, target_dir=None): ...  # the target: vLLM builds a draft against its config
+    def path(self, engine_dir, target_dir, runner=None): ...  # which code path serves this draft, and why
 
-    def aux(self, engine_dir, target_dir, trainer_hf_indices): ...
+    def load(self, engine_dir, target_dir=None, runner=None): ...  # the target: vLLM builds a draft against its config
+
+    def aux(self, engine_dir, target_dir, trainer_hf_indices, runner=None): ...
 
     def config(self, engine_dir, trained_config: dict, switches: dict, target_config: dict | None): ...
 
-    def embed_head(self, engine_dir, target_dir): ...
+    def embed_head(self, engine_dir, target_dir, runner=None): ...
 
-    def forward(self, engine_dir, target_dir, reference_path): ...
+    def forward(self, engine_dir, target_dir, reference_path, runner=None): ...
 
     def surface(self) -> dict: ...  # the release's EAGLE-3 contract surface (drift between releases)
 
@@ -42,24 +46,62 @@ ENGINES = ("sglang", "vllm")
 # vLLM is never installed beside the suite (its CPU build pins its own torch and transformers): a bare
 # ``vllm`` means this release, in its own environment.
 VLLM_PINNED = "0.32.0"
+# The code paths an engine release can serve a draft on, asked for with a ``:PATH`` suffix (``vllm==0.32.0:v1``,
+# ``--runner v1``); without one, the path a GPU deployment of that release takes by default, found from the
+# release's own code (contracts.engines.vllm.runners, contracts.engines.sglang.workers).
+RUNNERS = {"vllm": ("v1", "v2")}
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
-    """``"sglang"`` -> ("sglang", None); ``"sglang==0.5.9"`` -> ("sglang", "0.5.9"); ``"vllm"`` -> ("vllm", None)."""
-    name, sep, version = spec.strip().partition("==")
+    """``"sglang"`` -> ("sglang", None); ``"sglang==0.5.9"`` -> ("sglang", "0.5.9"); ``"vllm==0.32.0:v1"`` ->
+    ("vllm", "0.32.0") (the runner: ``runner_of``)."""
+    base, runner = _split_runner(spec)
+    name, sep, version = base.partition("==")
     if name not in ENGINES:
         raise EngineSpecError(f"unsupported engine {name!r} (supported: sglang, sglang==VERSION, vllm, vllm==VERSION)")
     if sep and not version:
         raise EngineSpecError(f"{spec!r}: give a version after '=='")
+    if runner is not None and runner not in RUNNERS.get(name, ()):
+        allowed = RUNNERS.get(name)
+        raise EngineSpecError(f"{spec!r}: {name} has no runner {runner!r}" +
+                              (f" (its runners: {', '.join(allowed)})" if allowed else
+                               " (--runner applies to vLLM; SGLang is judged on the worker its release uses)"))
     return name, version or None
 
 
+def _split_runner(spec: str) -> tuple[str, str | None]:
+    base, sep, runner = spec.strip().partition(":")
+    return base, (runner.strip().lower() or None) if sep else None
+
+
+def runner_of(spec: str) -> str | None:
+    """The runner a spec asks for (``vllm==0.32.0:v1`` -> "v1"); None: the release's default path."""
+    parse_spec(spec)
+    return _split_runner(spec)[1]
+
+
+def with_runner(spec: str, runner: str | None) -> str:
+    """SPEC asking for RUNNER (None: the default path)."""
+    base = _split_runner(spec)[0]
+    out = f"{base}:{runner}" if runner else base
+    parse_spec(out)
+    return out
+
+
 def canonical(spec: str) -> str:
-    """The spec an engine is known by in reports and caches: ``vllm`` is ``vllm==<pinned>``."""
+    """The spec an engine path is known by in reports and caches: ``vllm`` is ``vllm==<pinned>``; a runner asked
+    for stays (``vllm==0.32.0:v1``)."""
     name, version = parse_spec(spec)
+    runner = _split_runner(spec)[1]
     if name == "vllm" and version is None:
         version = VLLM_PINNED
-    return f"{name}=={version}" if version else name
+    base = f"{name}=={version}" if version else name
+    return f"{base}:{runner}" if runner else base
+
+
+def release(spec: str) -> str:
+    """The engine release of SPEC, without a runner (one environment and one worker serve both runners)."""
+    return with_runner(canonical(spec), None)
 
 
 _engines: dict[str, Engine] = {}
@@ -71,7 +113,7 @@ def engine_for(spec: str = "sglang") -> Engine:
     is asked), else a worker in that release's cached environment (built on first use)."""
     from contracts.engines.inprocess import InProcessSGLang, installed_sglang
 
-    key = canonical(spec)
+    key = release(spec)
     name, version = parse_spec(key)
     if key in _unmade:
         raise _unmade[key]
@@ -94,7 +136,7 @@ def close_others(spec: str) -> None:
     """Stop the workers of every engine but ``spec``: a run over many releases (the compatibility sweep: items
     grouped by release) holds one release's worker at a time, not one per release it has passed (each about
     0.4 GB)."""
-    keep = canonical(spec)
+    keep = release(spec)
     for key, engine in _engines.items():
         close = getattr(engine, "close", None)
         if key != keep and close is not None:

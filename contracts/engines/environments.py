@@ -31,8 +31,8 @@ from pathlib import Path
 
 import contracts
 from contracts.engines import EngineSpecError
-from contracts.engines.recipes import (PACKAGE, TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, index_versions,
-                                       paired_triton, requirement_for_module)
+from contracts.engines.recipes import (PACKAGE, TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, gpu_wheel_only,
+                                       index_versions, paired_triton, requirement_for_module)
 
 BUILDER = "uv-closure-4"  # bump when the way environments are made changes (part of each environment's key)
 MAX_CLOSURE_ROUNDS = 10
@@ -65,9 +65,12 @@ def release_order(version: str) -> tuple[int, ...]:
 
 
 def check_release(name: str, version: str) -> None:
-    """``name==version`` is a release on the package index (else ``EngineSpecError`` with the nearest ones)."""
+    """``name==version`` is a release on the package index (else ``EngineSpecError`` with the nearest ones); for
+    vLLM, of its CPU build or, ahead of it, of its GPU wheel."""
     try:
         versions = index_versions(name)
+        if version not in versions and gpu_wheel_only(name, version):
+            return
     except ReleaseNotFound:  # the index cannot be asked (offline): the environment builder says what it finds
         return
     if version not in versions:
@@ -153,7 +156,7 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
     log = env.with_name(env.name + ".log")
     print(f"eagle3-contracts: making the {name}=={version} environment once (cached in {env}; log {log})",
           file=sys.stderr, flush=True)
-    install = INSTALL[name]
+    install = Install(recipe.package, with_deps=False) if recipe.package else INSTALL[name]
     env.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         uv = _uv()

@@ -36,12 +36,17 @@ class InProcessSGLang:
 
         return {"name": "sglang", "version": engine_version()}
 
-    def load(self, engine_dir, target_dir=None):
+    def path(self, engine_dir, target_dir, runner=None):
+        from contracts.engines.sglang.workers import observe_path
+
+        return observe_path(Path(engine_dir), _path(target_dir))
+
+    def load(self, engine_dir, target_dir=None, runner=None):
         from contracts.engines.sglang import observe_load
 
         return observe_load(Path(engine_dir))  # SGLang builds a draft from its own config alone
 
-    def aux(self, engine_dir, target_dir, trainer_hf_indices):
+    def aux(self, engine_dir, target_dir, trainer_hf_indices, runner=None):
         from contracts.engines.sglang.aux_capture import observe_aux_capture
 
         return observe_aux_capture(Path(engine_dir), Path(target_dir), trainer_hf_indices=trainer_hf_indices)
@@ -51,12 +56,12 @@ class InProcessSGLang:
 
         return observe_config(Path(engine_dir), trained_config, switches, target_config)
 
-    def embed_head(self, engine_dir, target_dir):
+    def embed_head(self, engine_dir, target_dir, runner=None):
         from contracts.engines.sglang.wiring import observe_embed_head
 
         return observe_embed_head(Path(engine_dir), Path(target_dir))
 
-    def forward(self, engine_dir, target_dir, reference_path):
+    def forward(self, engine_dir, target_dir, reference_path, runner=None):
         from contracts.engines.sglang.draft_forward import observe_forward
 
         return observe_forward(Path(engine_dir), _path(target_dir), _path(reference_path))
@@ -79,30 +84,36 @@ class InProcessVLLM:
         import_vllm()
         return {"name": "vllm", "version": engine_version()}
 
-    def load(self, engine_dir, target_dir=None):
+    def path(self, engine_dir, target_dir, runner=None):
+        from contracts.engines.vllm.runners import observe_path
+
+        return observe_path(Path(engine_dir), _path(target_dir), runner)
+
+    def load(self, engine_dir, target_dir=None, runner=None):
         from contracts.engines.vllm.loader import observe_load
 
-        return observe_load(Path(engine_dir), _path(target_dir))  # vLLM builds a draft against its target
+        return observe_load(Path(engine_dir), _path(target_dir), runner=runner)  # built against its target
 
-    def aux(self, engine_dir, target_dir, trainer_hf_indices):
+    def aux(self, engine_dir, target_dir, trainer_hf_indices, runner=None):
         from contracts.engines.vllm.aux_capture import observe_aux_capture
 
-        return observe_aux_capture(Path(engine_dir), Path(target_dir), trainer_hf_indices=trainer_hf_indices)
+        return observe_aux_capture(Path(engine_dir), Path(target_dir), trainer_hf_indices=trainer_hf_indices,
+                                   runner=runner)
 
     def config(self, engine_dir, trained_config, switches, target_config):
         from contracts.engines.vllm.config_probe import observe_config
 
         return observe_config(Path(engine_dir), trained_config, switches, target_config)
 
-    def embed_head(self, engine_dir, target_dir):
+    def embed_head(self, engine_dir, target_dir, runner=None):
         from contracts.engines.vllm.wiring import observe_embed_head
 
-        return observe_embed_head(Path(engine_dir), Path(target_dir))
+        return observe_embed_head(Path(engine_dir), Path(target_dir), runner)
 
-    def forward(self, engine_dir, target_dir, reference_path):
+    def forward(self, engine_dir, target_dir, reference_path, runner=None):
         from contracts.engines.vllm.draft_forward import observe_forward
 
-        return observe_forward(Path(engine_dir), _path(target_dir), _path(reference_path))
+        return observe_forward(Path(engine_dir), _path(target_dir), _path(reference_path), runner)
 
     def surface(self):
         from contracts.engines.vllm.surface import observe_surface

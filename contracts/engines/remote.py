@@ -16,10 +16,12 @@ import tempfile
 from pathlib import Path
 
 import contracts
-from contracts.observations import AuxCaptureObservation, ConfigObservation, ForwardObservation, LoadObservation
+from contracts.observations import (AuxCaptureObservation, ConfigObservation, ForwardObservation, LoadObservation,
+                                    PathObservation)
 from contracts.observations_wiring import WiringObservation
 
 DECODE = {
+    "path": lambda d: PathObservation(**d),
     "load": LoadObservation.from_dict,
     "aux": lambda d: AuxCaptureObservation(**d),
     "config": lambda d: ConfigObservation(**d),
@@ -54,23 +56,26 @@ class WorkerEngine:
         self._start()
         return dict(self._info)
 
-    def load(self, engine_dir, target_dir=None):
-        return self._call("load", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir))
+    def path(self, engine_dir, target_dir, runner=None):
+        return self._call("path", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir), runner=runner)
 
-    def aux(self, engine_dir, target_dir, trainer_hf_indices):
+    def load(self, engine_dir, target_dir=None, runner=None):
+        return self._call("load", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir), runner=runner)
+
+    def aux(self, engine_dir, target_dir, trainer_hf_indices, runner=None):
         return self._call("aux", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir),
-                          trainer_hf_indices=trainer_hf_indices)
+                          trainer_hf_indices=trainer_hf_indices, runner=runner)
 
     def config(self, engine_dir, trained_config, switches, target_config):
         return self._call("config", engine_dir=_abs(engine_dir), trained_config=trained_config, switches=switches,
                           target_config=target_config)
 
-    def embed_head(self, engine_dir, target_dir):
-        return self._call("embed_head", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir))
+    def embed_head(self, engine_dir, target_dir, runner=None):
+        return self._call("embed_head", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir), runner=runner)
 
-    def forward(self, engine_dir, target_dir, reference_path):
+    def forward(self, engine_dir, target_dir, reference_path, runner=None):
         return self._call("forward", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir),
-                          reference_path=_abs(reference_path))
+                          reference_path=_abs(reference_path), runner=runner)
 
     def surface(self) -> dict:
         return self._call("surface")

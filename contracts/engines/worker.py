@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 
-OPS = ("load", "aux", "config", "embed_head", "forward", "surface")
+OPS = ("path", "load", "aux", "config", "embed_head", "forward", "surface")
 
 
 def _answer(engine, request: dict) -> dict:

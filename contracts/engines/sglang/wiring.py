@@ -1,7 +1,9 @@
 """Run SGLang's own worker wiring of an EAGLE-3 draft to its target on a CPU and report which embedding and
 which head the draft holds afterwards.
 
-Contract served: ``embed-head``. In 0.5.23 ``EagleDraftWorker.init_lm_head`` shares the target's embedding
+Contract served: ``embed-head``. The wiring replayed is the one of the worker the release constructs by default
+(``workers.default_worker``): ``EAGLEWorkerV2``'s, or ``EAGLEWorker``'s inline statements. In 0.5.23
+``EagleDraftWorker.init_lm_head`` shares the target's embedding
 into the draft (``set_embed``) and, when the draft config has no ``draft_vocab_size``, the target's head too
 (``set_embed_and_head``), replacing a trained head; ``set_embed`` returns without a word when
 ``target_hidden_size != hidden_size``, leaving a draft without ``embed_tokens`` on a random embedding.
@@ -112,10 +114,16 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
         # read by 0.5.9's init_token_map: --speculative-token-map's default (EAGLE-3 ignores it anyway)
         server_args=types.SimpleNamespace(speculative_token_map=None),
     )
-    error, wiring = None, "EagleDraftWorker.init_lm_head"
+    from contracts.engines.sglang.workers import V1_WORKER, default_worker
+
+    worker_cls, _ = default_worker(Path(engine_dir), Path(target_dir))
+    # The default worker's wiring: EAGLEWorkerV2's draft worker, or EAGLEWorker's inline statements (0.5.3.post2/
+    # .post3 ship eagle_worker_v2 without EagleDraftWorker: their EAGLE-3 wiring is the inline one too).
+    inline = worker_cls == V1_WORKER or not hasattr(v2, "EagleDraftWorker")
+    error, wiring = None, INLINE_WIRING if inline else "EagleDraftWorker.init_lm_head"
     with torch.no_grad(), cuda_synchronize_is_a_no_op():
         try:
-            if hasattr(v2, "EagleDraftWorker"):  # (0.5.3.post2/.post3 have eagle_worker_v2 without it: inline)
+            if not inline:
                 EagleDraftWorker = v2.EagleDraftWorker
                 if hasattr(EagleDraftWorker, "_resolve_shared_embed_and_head"):  # 0.5.23's init_lm_head calls it
                     worker._resolve_shared_embed_and_head = types.MethodType(
@@ -123,7 +131,6 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
                 EagleDraftWorker.init_token_map(worker)  # the engine's own: hot_token_id (None for EAGLE-3)
                 EagleDraftWorker.init_lm_head(worker)
             else:
-                wiring = INLINE_WIRING
                 _wire_inline(worker)
         except Exception as e:  # the engine's own refusal is the observation; a failure of the replay is not
             if not raised_by_engine(e, "sglang"):
@@ -144,7 +151,8 @@ INLINE_WIRING = "EAGLEWorker.__init__ (its embed/head statements)"
 
 
 def _wire_inline(worker) -> None:
-    """0.5.3: the same wiring, inline in ``EAGLEWorker.__init__``: its hot-token-map statement, then its
+    """``EAGLEWorker`` (0.5.3's only worker, the default one of releases that run EAGLE-3 without the overlap
+    scheduler): the same wiring, inline in ``EAGLEWorker.__init__``: its hot-token-map statement, then its
     statements from ``get_embed_and_head()`` through the ``set_embed`` branch (the draft worker's own
     construction between them is not run: the stand-in already holds the loaded draft)."""
     import ast

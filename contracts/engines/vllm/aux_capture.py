@@ -1,18 +1,23 @@
-"""Observe what vLLM hands an EAGLE-3 draft as "target hidden states", with the engine's own code.
+"""Observe what vLLM hands an EAGLE-3 draft as "target hidden states", with the engine's own code, on the runner
+judged (``runners``: Model Runner V2 on a GPU by default, V1 on request).
 
-Contract served: ``hidden-width``. vLLM's model runner reads the draft's aux layer ids
-(``_get_eagle3_aux_layers_from_config``: the draft config's top-level ``eagle_aux_hidden_state_layer_ids``,
-else ``eagle_config``'s; none: the target's ``get_eagle3_default_aux_hidden_state_layers``, ``(2, N//2, N-3)``)
-and wires them with ``_setup_eagle3_aux_hidden_state_outputs`` (a target class without ``SupportsEagle3``
-raises). vLLM's id k captures the residual stream entering layer k, transformers' ``hidden_states[k]``, while
-SGLang's explicit id k captures ``hidden_states[k+1]``: a SpecForge or Model Optimizer draft (trained on
-SGLang's capture) is one layer early on vLLM. Steps, all through vLLM: a tiny instance of the target's own
-architecture class (a scaled-down copy of its config at a head size vLLM's CPU attention takes, or the target
-itself when it is tiny and runs), the runner's two methods run on a stand-in runner holding it (the proposer
-that decides ``use_aux_hidden_state`` is vLLM's own), the target forward on CPU, the width handed over, which
-residual-stream position each captured tensor is (matched against the target's own layer outputs), then the
-draft's ``combine_hidden_states`` and forward on it (did ``fc`` run?). Where the class cannot be built or run
-on a CPU the evidence falls back to the registry (does the class implement ``SupportsEagle3``).
+Contract served: ``hidden-width``. Each runner reads the draft's aux layer ids and decides whether to capture on its
+own: V1's ``GPUModelRunner._get_eagle3_aux_layers_from_config`` reads the top-level
+``eagle_aux_hidden_state_layer_ids``, else ``eagle_config``'s, and its proposer decides ``use_aux_hidden_state``;
+V2's ``get_eagle3_aux_layers_from_config`` reads the top-level key (or ``eagle_config["layer_ids"]``) and never the
+nested one, and its constructor decides the switch. With no ids read, both fall back to the target's
+``get_eagle3_default_aux_hidden_state_layers``, ``(2, N//2, N-3)``; a target class without ``SupportsEagle3``
+raises. vLLM's id k captures the residual stream entering layer k, transformers' ``hidden_states[k]``, while
+SGLang's explicit id k captures ``hidden_states[k+1]``: a SpecForge or Model Optimizer draft whose ids are written
+explicitly (trained on SGLang's capture) is one layer early on V1, and V2 serves nested ids on its default layers.
+Steps, all through vLLM: a tiny instance of the target's own architecture class (a scaled-down copy of its config at
+a head size vLLM's CPU attention takes, or the target itself when it is tiny and runs), the runner's own wiring of
+it (V1: the runner's two methods on a stand-in runner holding it, with the proposer that decides
+``use_aux_hidden_state``; V2: vLLM's own V2 CPU runner, its constructor and its ``load_model`` with the target),
+the target forward on CPU, the width handed over, which residual-stream position each captured tensor is (matched
+against the target's own layer outputs), then the draft's ``combine_hidden_states`` and forward on it (did ``fc``
+run?). Where the class cannot be built or run on a CPU the evidence falls back to the registry (does the class
+implement ``SupportsEagle3``).
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ import types
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
-from contracts.engines.errors import EngineBuildError
+from contracts.engines.errors import EngineBuildError, ReplayError, raised_by_engine
 from contracts.engines.scaling import scale_down, scale_draft
 from contracts.engines.vllm.context import building, draft_configs, engine_version, on_device
-from contracts.engines.vllm.cpu_forward import finish_loading, head_dim_of, init_random, one_request, runs_on_cpu
+from contracts.engines.vllm.cpu_forward import (finish_loading, head_dim_of, init_random, kernels_missing, one_request,
+                                                runs_on_cpu)
 from contracts.engines.vllm.loader import build_draft
+from contracts.engines.vllm.runners import LABEL, resolve
 from contracts.observations import AuxCaptureObservation
 
 SMALL_TARGET_PARAMS = 50_000_000  # targets up to this size are run with their own weights
@@ -75,8 +82,11 @@ def _meta_size(configs, tiny_target: Path) -> int:
         return size
 
 
-def _runner(configs, target):
-    """A stand-in for vLLM's model runner holding the target, with what ``_setup_eagle3_aux_hidden_state_outputs``
+IDS_KEY = "eagle_aux_hidden_state_layer_ids"  # top level: read first by V1, the only EAGLE-3 key V2 reads
+
+
+def _v1_capture(configs, target, draft) -> types.SimpleNamespace:
+    """V1: a stand-in for its model runner holding the target, with what ``_setup_eagle3_aux_hidden_state_outputs``
     reads; ``use_aux_hidden_state_outputs`` is set as the runner's constructor sets it, from vLLM's own proposer."""
     import torch
     from vllm.v1.spec_decode.eagle import EagleProposer
@@ -88,8 +98,35 @@ def _runner(configs, target):
     runner.get_model = lambda: target
     runner._get_eagle3_aux_layers_from_config = types.MethodType(GPUModelRunner._get_eagle3_aux_layers_from_config,
                                                                  runner)
-    runner.setup = types.MethodType(GPUModelRunner._setup_eagle3_aux_hidden_state_outputs, runner)
-    return runner
+    ids = runner._get_eagle3_aux_layers_from_config()
+    return types.SimpleNamespace(
+        use_aux=runner.use_aux_hidden_state_outputs, ids=None if ids is None else list(ids),
+        setup=types.MethodType(GPUModelRunner._setup_eagle3_aux_hidden_state_outputs, runner),
+        how="V1: GPUModelRunner._get_eagle3_aux_layers_from_config / _setup_eagle3_aux_hidden_state_outputs, "
+            "EagleProposer.eagle3_use_aux_hidden_state")
+
+
+def _v2_capture(configs, target, draft) -> types.SimpleNamespace:
+    """V2: vLLM's own V2 CPU runner; its constructor decides the capture switch, its ``load_model`` (given the
+    target, the draft handed to its speculator) reads the ids and wires the capture."""
+    from contracts.engines.vllm.context import current
+    from contracts.engines.vllm.runners import draft_model_is, v2_aux_ids, v2_runner
+
+    runner = v2_runner(configs.vc)
+
+    def setup():
+        if draft is None:  # (the load contracts report the engine's refusal to build it)
+            raise ReplayError("V2's load_model needs the draft, which vLLM could not build")
+        with current(configs.vc), draft_model_is(draft):
+            runner.load_model(model=target)
+
+    return types.SimpleNamespace(
+        use_aux=bool(runner.use_aux_hidden_state_outputs), ids=v2_aux_ids(configs.vc), setup=setup,
+        how="V2: the CPU GPUModelRunner's constructor (use_aux_hidden_state_outputs) and load_model "
+            "(set_eagle3_aux_hidden_state_layers: get_eagle3_aux_layers_from_config, else the target's default)")
+
+
+CAPTURE = {"v1": _v1_capture, "v2": _v2_capture}
 
 
 def _capture_owner(model):
@@ -169,7 +206,8 @@ def _layer(draft_cfg: dict) -> dict:
     return draft_cfg.get("transformer_layer_config") or draft_cfg
 
 
-def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] | None = None) -> AuxCaptureObservation:
+def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] | None = None,
+                        runner: str | None = None) -> AuxCaptureObservation:
     """What vLLM would hand this draft from this target, observed on a tiny instance of the target class."""
     import torch
 
@@ -229,16 +267,23 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         else:
             init_random(model)
         finish_loading(model, configs.target)
-        runner = _runner(configs, model)
-        obs.use_aux_hidden_state = runner.use_aux_hidden_state_outputs
-        ids = runner._get_eagle3_aux_layers_from_config()
-        obs.aux_layer_ids = None if ids is None else list(ids)
-        # the runner reads the top-level key first, then eagle_config's: a fix goes where it will be read
-        top = "eagle_aux_hidden_state_layer_ids" in draft_cfg or not isinstance(draft_cfg.get("eagle_config"), dict)
-        obs.ids_key = "eagle_aux_hidden_state_layer_ids" if top else "eagle_config.eagle_aux_hidden_state_layer_ids"
+        obs.runner = resolve(configs.vc, runner)
         try:
-            runner.setup()
+            draft = build_draft(configs, beside_target=True)
+            init_random(draft)
+        except EngineBuildError as e:
+            draft, obs.draft_forward_error = None, str(e)
+        capture = CAPTURE[obs.runner](configs, model, draft)
+        obs.use_aux_hidden_state = capture.use_aux
+        obs.aux_layer_ids = capture.ids
+        obs.ids_key = IDS_KEY
+        obs.wiring = capture.how
+        try:
+            capture.setup()
         except Exception as e:  # a target without SupportsEagle3 refuses to start
+            if not raised_by_engine(e, "vllm"):
+                raise ReplayError(f"this suite's replay of vLLM {engine_version()}'s {LABEL[obs.runner]} capture "
+                                  f"wiring failed: {type(e).__name__}: {e}") from None
             obs.configure_error = f"{type(e).__name__}: {e}"
         owner = _capture_owner(model)
         obs.layers_to_capture = list(owner.aux_hidden_state_layers) if owner is not None and \
@@ -246,6 +291,10 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         # asked of the hook alone, before any forward: known even where the tiny forward cannot run on a CPU
         if trainer_hf_indices and owner is not None and obs.configure_error is None:
             obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
+        missing = kernels_missing()
+        if missing:  # the capture the runner wired is known; what it hands over cannot be run
+            obs.evidence, obs.evidence_reason = "static", missing
+            return obs
         vocab = int(configs.target.get_vocab_size())
         input_ids = torch.tensor([i % vocab for i in INPUT_IDS])
         try:
@@ -262,27 +311,23 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         if aux:
             obs.hf_indices = _positions(aux, stream)
             obs.hf_indices_from = "matched against the target's own layer outputs in vLLM (hidden_states numbering)"
-        _observe_draft(obs, configs, captured, input_ids)
+        _observe_draft(obs, configs, captured, input_ids, draft)
         return obs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _observe_draft(obs: AuxCaptureObservation, configs, captured, input_ids) -> None:
+def _observe_draft(obs: AuxCaptureObservation, configs, captured, input_ids, draft) -> None:
     """The proposer's step on what the target handed over: ``combine_hidden_states`` (``fc``), then the draft's
     forward; did ``fc`` run?"""
     import torch
 
-    try:
-        draft = build_draft(configs)
-    except EngineBuildError as e:
-        obs.draft_forward_error = str(e)
+    if draft is None:  # the engine could not build it (obs.draft_forward_error says why)
         return
     fc = getattr(getattr(draft, "model", None), "fc", None)
     if not hasattr(draft, "combine_hidden_states"):
         obs.draft_forward_error = f"the engine builds {type(draft).__name__} for this draft config, which has no fc"
         return
-    init_random(draft)
     obs.fc_in_features = int(fc.input_size) if fc is not None else None
     calls = []
     handle = fc.register_forward_hook(lambda m, i, o: calls.append(int(i[0].shape[-1]))) if fc is not None else None

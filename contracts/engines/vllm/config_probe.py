@@ -26,7 +26,7 @@ from contracts.engines.scaling import scale_draft
 from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements
 from contracts.engines.vllm.aux_capture import CPU_HEAD_DIM
 from contracts.engines.vllm.context import current, draft_configs, engine_version
-from contracts.engines.vllm.cpu_forward import finish_loading, one_request, runs_on_cpu
+from contracts.engines.vllm.cpu_forward import finish_loading, kernels_missing, one_request, runs_on_cpu
 from contracts.engines.vllm.loader import LoadTracer, build_draft, is_eagle3_draft_class
 from contracts.observations import ConfigObservation, TensorFate
 
@@ -144,11 +144,17 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
             (scaled / "config.json").write_text(json.dumps(scale_draft(flat, 64, 1024, head_dim=CPU_HEAD_DIM)))
             obs.probed_on = (f"a scaled-down copy of the draft config (hidden 64, head_dim {CPU_HEAD_DIM}) with seeded "
                              f"weights ({why})")
-            _probe_switches(obs, draft_configs(scaled, None, "float32"), None, candidate_switches, trainer_config)
+            probe_configs, probe_ckpt = draft_configs(scaled, None, "float32"), None
         else:
             obs.probed_on = "the checkpoint's own weights"
-            _probe_switches(obs, draft_configs(engine_dir, target_dir, "float32"), ckpt, candidate_switches,
-                            trainer_config)
+            probe_configs, probe_ckpt = draft_configs(engine_dir, target_dir, "float32"), ckpt
+        missing = kernels_missing()
+        if missing:  # the switches are probed by forwards; the rope the engine builds needs none
+            obs.switches_not_probed, obs.probed_on = missing, None
+            with current(probe_configs.vc):
+                obs.rope = compare_rope(build_draft(probe_configs), trainer_config)
+            return obs
+        _probe_switches(obs, probe_configs, probe_ckpt, candidate_switches, trainer_config)
         return obs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

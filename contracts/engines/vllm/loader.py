@@ -75,15 +75,17 @@ def overridden(hf_config, overrides: dict | None):
             hf_config.eagle_config = saved_eagle
 
 
-def build_draft(configs, device: str = "cpu", overrides: dict | None = None):
-    """Construct vLLM's draft class the way its model loader does (registry, default dtype, device)."""
+def build_draft(configs, device: str = "cpu", overrides: dict | None = None, beside_target: bool = False):
+    """Construct vLLM's draft class the way its model loader does (registry, default dtype, device). With
+    ``beside_target`` the attention layers already registered (the target's, built under the same config) stay
+    registered, as in a server, where the draft's layers are numbered after the target's."""
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.utils.torch_utils import set_default_torch_dtype
 
     mc = configs.draft
     try:
-        with overridden(mc.hf_config, overrides), building(configs.vc), set_default_torch_dtype(mc.dtype), \
-                on_device(device):
+        with overridden(mc.hf_config, overrides), (current if beside_target else building)(configs.vc), \
+                set_default_torch_dtype(mc.dtype), on_device(device):
             model = initialize_model(vllm_config=configs.vc, model_config=mc)
     except Exception as e:
         raise EngineBuildError(f"vLLM could not build the model: {type(e).__name__}: {e}") from None
@@ -264,16 +266,19 @@ def load_traced(engine_dir, target_dir=None, dtype: str = "auto", device: str | 
     return ckpt, configs, model, tracer, fates, load_error
 
 
-def _param_states(model, tracer, reached: set[str]) -> list[ParamState]:
-    own_embed = bool(getattr(model, "has_own_embed_tokens", False))
-    own_head = bool(getattr(model, "has_own_lm_head", False))
+# The step of each runner's wiring that shares the target's tensor into a draft whose checkpoint has none.
+SHARED_BY = {"v1": {EMBED_PARAM: "_maybe_share_embeddings", HEAD_PARAM: "_maybe_share_lm_head"},
+             "v2": {EMBED_PARAM: "maybe_share_target_embed", HEAD_PARAM: "load_eagle_model"}}
+
+
+def _param_states(model, tracer, reached: set[str], runner: str = "v1") -> list[ParamState]:
+    own = {EMBED_PARAM: bool(getattr(model, "has_own_embed_tokens", False)),
+           HEAD_PARAM: bool(getattr(model, "has_own_lm_head", False))}
     params = []
     for name, p in tracer.params.items():
         shared = None
-        if name == EMBED_PARAM and not own_embed:
-            shared = "_maybe_share_embeddings"  # the proposer shares the target's (judged by embed-head)
-        elif name == HEAD_PARAM and not own_head:
-            shared = "_maybe_share_lm_head"
+        if name in own and not own[name]:  # the runner's wiring shares the target's (judged by embed-head)
+            shared = SHARED_BY[runner][name]
         if p.is_floating_point():
             fraction = unwritten_fraction(p, tracer.meta_written, name)
         else:  # an integer parameter (the draft->target map) has no NaN: written if a loader call reached it
@@ -283,11 +288,16 @@ def _param_states(model, tracer, reached: set[str]) -> list[ParamState]:
     return params
 
 
-def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, device: str | None = None) -> LoadObservation:
-    """Everything vLLM's own construction and ``load_weights`` did with the checkpoint in ENGINE_DIR.
+def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, device: str | None = None,
+                 runner: str | None = None) -> LoadObservation:
+    """Everything vLLM's own construction and ``load_weights`` did with the checkpoint in ENGINE_DIR (the same on
+    both runners; ``runner`` names the sharing step that will fill what the checkpoint leaves to the target).
 
     Raises ``EngineBuildError`` when vLLM refuses the config or cannot build the draft class."""
+    from contracts.engines.vllm.runners import resolve
+
     ckpt, configs, model, tracer, fates, load_error = load_traced(engine_dir, target_dir, device=device)
+    judged = resolve(configs.vc, runner)
     reached = {c.param for f in fates.values() for c in f.calls if c.error is None}
     hf = configs.draft.hf_config
     hot = engine_map(model) if is_eagle3_draft_class(type(model)) else None
@@ -297,7 +307,7 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
         config=_config_summary(hf),
         model_dtype=str(configs.draft.dtype).removeprefix("torch."),
         tensors=list(fates.values()),
-        params=_param_states(model, tracer, reached),
+        params=_param_states(model, tracer, reached, judged),
         load_error=load_error,
         hot_token_id=hot,
         hot_token_id_dtype=None if hot is None else str(getattr(model, MAP_PARAM).dtype).removeprefix("torch."),

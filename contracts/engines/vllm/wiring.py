@@ -1,13 +1,15 @@
 """Run vLLM's own EAGLE proposer wiring of a draft to its target on a CPU and report which embedding and which
 head the draft holds afterwards.
 
-Contract served: ``embed-head``. vLLM's ``EagleProposer.load_model`` shares the target's ``embed_tokens`` into a
-draft whose checkpoint has none (or an identical one), unless the widths differ, and the target's ``lm_head``
-into a draft whose checkpoint has no ``lm_head`` (or an identical one) — a full-vocabulary head under a draft
-that declares a reduced ``draft_vocab_size``. Before vllm#28549 it replaced trained heads too (accept length
-1.32, 2.49 once fixed). Nothing is re-implemented: a real ``EagleProposer`` is constructed from the server's
-``VllmConfig``, its ``_get_model`` hands it the draft that ``loader.load_traced`` built and loaded (NaN
-sentinel), and its own ``load_model(target)`` runs. The target is vLLM's own class for the target config, built
+Contract served: ``embed-head``. Model Runner V1's ``EagleProposer.load_model`` shares the target's
+``embed_tokens`` into a draft whose checkpoint has none (or an identical one), unless the widths differ, and the
+target's ``lm_head`` into a draft whose checkpoint has no ``lm_head`` (or an identical one) — a full-vocabulary head
+under a draft that declares a reduced ``draft_vocab_size``. Before vllm#28549 it replaced trained heads too (accept
+length 1.32, 2.49 once fixed). Model Runner V2 (a GPU server's default) does the same in its speculator's
+``load_eagle_model`` (``maybe_share_target_embed``, then the head), without V1's width check. Nothing is
+re-implemented: V1's real ``EagleProposer``, or V2's real runner and speculator, are constructed from the server's
+``VllmConfig`` and handed the draft that ``loader.load_traced`` built and loaded (NaN sentinel), and their own
+``load_model(target)`` runs. The target is vLLM's own class for the target config, built
 on ``meta`` with only its embedding and head given storage and loaded by its own ``load_weights``.
 """
 
@@ -124,47 +126,84 @@ def readable_draft_vocab(draft, target, ckpt, fates, target_has_weights: bool):
                 module.weight = original
 
 
-def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
-    """Load the draft in ENGINE_DIR and run vLLM's proposer wiring to the target in TARGET_DIR; the live objects
-    (``observe_embed_head`` reports on them; the forward-parity replay runs the wired draft)."""
+def wire(engine_dir, target_dir, dtype: str = "auto", runner: str | None = None) -> types.SimpleNamespace:
+    """Load the draft in ENGINE_DIR and run the wiring of the runner judged (None: the GPU default) to the target in
+    TARGET_DIR: V1's ``EagleProposer.load_model``, V2's speculator ``load_model`` (``load_eagle_model``). The live
+    objects (``observe_embed_head`` reports on them; the forward-parity replay runs the wired draft)."""
     import torch
     from vllm.config import set_current_vllm_config
 
+    from contracts.engines.vllm.runners import LABEL, resolve
+
     ckpt, configs, draft, tracer, fates, _ = load_traced(engine_dir, target_dir, dtype)
+    judged = resolve(configs.vc, runner)
     target = build_target(configs)
     has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
     own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)
     error, calls = None, []
+    replay = WIRING[judged]
     with set_current_vllm_config(configs.vc), torch.no_grad():
         try:
-            from vllm.v1.spec_decode.eagle import EagleProposer
-
-            proposer = EagleProposer(configs.vc, torch.device("cpu"), runner=None)
-            proposer._get_model = lambda: draft  # the draft loaded (and traced) above, instead of a second load
-            for step in SHARING_STEPS:  # which sharing steps replaced a draft tensor
-                original = getattr(proposer, step)
-
-                def traced(target_lm, _step=step, _f=original):
-                    before = (draft.model.embed_tokens, draft.lm_head)
-                    _f(target_lm)
-                    if (draft.model.embed_tokens, draft.lm_head) != before:
-                        calls.append(_step)
-                setattr(proposer, step, traced)
             with readable_draft_vocab(draft, target, ckpt, fates, has_weights):
-                proposer.load_model(target)
+                draft = replay.run(configs, draft, target, calls)
         except Exception as e:  # the engine's own refusal is the observation; a failure of the replay is not
             if not raised_by_engine(e, "vllm"):
-                raise ReplayError(f"this suite's replay of vLLM's EagleProposer.load_model failed on vLLM "
-                                  f"{engine_version()}: {type(e).__name__}: {e}") from None
+                raise ReplayError(f"this suite's replay of vLLM {engine_version()}'s {replay.name} ({LABEL[judged]}) "
+                                  f"failed: {type(e).__name__}: {e}") from None
             error = f"{type(e).__name__}: {e}"
     return types.SimpleNamespace(configs=configs, draft=draft, tracer=tracer, fates=fates, target=target,
                                  has_weights=has_weights, target_loaded=target_loaded, target_error=target_error,
-                                 calls=calls, error=error, own_embed=own_embed, own_head=own_head)
+                                 calls=calls, error=error, own_embed=own_embed, own_head=own_head, runner=judged,
+                                 wiring=replay.name)
 
 
-def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
-    """What the draft in ENGINE_DIR holds after vLLM's proposer wiring to the target in TARGET_DIR."""
-    w = wire(engine_dir, target_dir)
+def _v1_wiring(configs, draft, target, calls: list):
+    """V1: a real ``EagleProposer``, its ``_get_model`` handing it the traced draft, its own ``load_model(target)``;
+    the sharing steps that replaced a draft tensor are recorded."""
+    import torch
+    from vllm.v1.spec_decode.eagle import EagleProposer
+
+    proposer = EagleProposer(configs.vc, torch.device("cpu"), runner=None)
+    proposer._get_model = lambda: draft  # the draft loaded (and traced) above, instead of a second load
+    for step in SHARING_STEPS:  # which sharing steps replaced a draft tensor
+        original = getattr(proposer, step)
+
+        def traced(target_lm, _step=step, _f=original):
+            before = (draft.model.embed_tokens, draft.lm_head)
+            _f(target_lm)
+            if (draft.model.embed_tokens, draft.lm_head) != before:
+                calls.append(_step)
+        setattr(proposer, step, traced)
+    proposer.load_model(target)
+    return draft
+
+
+def _v2_wiring(configs, draft, target, calls: list):
+    """V2: vLLM's own V2 CPU runner builds its speculator (``init_speculator``); the speculator's ``load_model(target)``
+    runs ``load_eagle_model``, whose ``get_model`` hands back the traced draft; which tensors its sharing
+    (``maybe_share_target_embed``, the ``lm_head`` step) replaced is recorded."""
+    from contracts.engines.vllm.runners import draft_model_is, v2_runner
+
+    runner = v2_runner(configs.vc)
+    before = (draft.model.embed_tokens, draft.lm_head)
+    with draft_model_is(draft):
+        runner.speculator.load_model(target)
+    wired = runner.speculator.model
+    if wired.model.embed_tokens is not before[0]:
+        calls.append(V2_STEPS[0])
+    if wired.lm_head is not before[1]:
+        calls.append(V2_STEPS[1])
+    return wired
+
+
+V2_STEPS = ("maybe_share_target_embed", "load_eagle_model")  # V2's embedding step, and the head step inside it
+WIRING = {"v1": types.SimpleNamespace(name="EagleProposer.load_model", run=_v1_wiring),
+          "v2": types.SimpleNamespace(name="EagleSpeculator.load_model (load_eagle_model)", run=_v2_wiring)}
+
+
+def observe_embed_head(engine_dir, target_dir, runner: str | None = None) -> WiringObservation:
+    """What the draft in ENGINE_DIR holds after vLLM's wiring to the target in TARGET_DIR (on the runner judged)."""
+    w = wire(engine_dir, target_dir, runner=runner)
     draft, target, tracer, fates = w.draft, w.target, w.tracer, w.fates
     names = {id(p): f"target:{n}" for n, p in target.named_parameters(remove_duplicate=False)}
     names.setdefault(id(w.own_embed), f"draft:{EMBED_PARAM}")
@@ -186,7 +225,8 @@ def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
         pass
     return WiringObservation(
         engine={"name": "vllm", "version": engine_version()},
-        wiring="EagleProposer.load_model",
+        wiring=w.wiring,
+        runner=w.runner,
         calls=w.calls,
         load_lm_head_from_target=not bool(getattr(draft, "has_own_lm_head", False)),
         tied=draft.lm_head is draft.model.embed_tokens,
