@@ -45,16 +45,44 @@ EAGLE3_FILES = re.compile(r"^sglang/srt/(models/(llama_eagle3|llama|deepseek_v2|
 def release_order(version: str) -> tuple:
     from contracts.engines.environments import release_order as order
 
-    return order(version)
+    return order(version.partition(":")[0])
+
+
+# The table judges each vLLM release on the model runner a GPU deployment takes by default (`vllm==X`) and on the
+# other one (`vllm==X:v1`, the CPU build's): a row each, labelled with the path it judged.
+OTHER_PATHS = {"vllm": ("v1",)}
+
+
+def parts(spec: str) -> tuple[str, str, str | None]:
+    """``vllm==0.32.0:v1`` -> ("vllm", "0.32.0", "v1"); ``sglang==0.5.9`` -> ("sglang", "0.5.9", None)."""
+    engine, _, rest = spec.partition("==")
+    version, sep, runner = rest.partition(":")
+    return engine, version, runner if sep else None
+
+
+def with_paths(specs: list[str]) -> list[str]:
+    """SPECS with, after each release named without a path, that release on its other paths (``OTHER_PATHS``)."""
+    out = []
+    for spec in specs:
+        out.append(spec)
+        engine, version, runner = parts(spec)
+        if runner is None:
+            out += [f"{engine}=={version}:{r}" for r in OTHER_PATHS.get(engine, ())]
+    return list(dict.fromkeys(out))
 
 
 def releases(engine: str) -> list[str]:
-    """The engine's releases on the package index since ``FIRST``, oldest first."""
-    from contracts.engines.recipes import index_versions
+    """The engine's releases on the package index since ``FIRST``, oldest first; for vLLM, its CPU build's and the
+    GPU wheel's newer than the newest CPU build (judged from the wheel's Python: ``recipes.derive_gpu_wheel``)."""
+    from contracts.engines.recipes import GPU_WHEEL, distribution_versions, index_versions
 
     first = release_order(FIRST[engine])
-    return sorted((v for v in index_versions(engine) if release_order(v) >= first and not re.search(r"[a-z]", v.replace(".post", ""))),
-                  key=release_order)
+    final = [v for v in index_versions(engine) if not re.search(r"[a-z]", v.replace(".post", ""))]
+    if engine in GPU_WHEEL and final:
+        newest = max(release_order(v) for v in final)
+        final += [v for v in distribution_versions(GPU_WHEEL[engine]) if not re.search(r"[a-z]", v)
+                  and release_order(v) > newest]
+    return sorted((v for v in final if release_order(v) >= first), key=release_order)
 
 
 def eagle3_fingerprint(version: str) -> str:
@@ -88,8 +116,10 @@ def save(doc: dict, path: Path = DATA) -> None:
 
 
 def update(doc: dict, specs: list[str], workers: int = 1, only: list[str] | None = None) -> dict:
-    """Judge ``specs`` and fold them into the table: post releases with their base release's EAGLE-3 code share its
-    row (when the base is judged too, or already in the table), the rest are swept."""
+    """Judge ``specs`` (each vLLM release on both runners) and fold them into the table: post releases with their base
+    release's EAGLE-3 code share its row (when the base is judged too, or already in the table), the rest are
+    swept."""
+    specs = with_paths(specs)
     versions = [s.split("==")[1] for s in specs if s.startswith("sglang==")]
     known = [s.split("==")[1] for s in doc["releases"] if s.startswith("sglang==") and doc["releases"][s].get("cells")]
     shared = {post: base for post, base in shared_rows(sorted(set(versions) | set(known), key=release_order)).items()
@@ -120,11 +150,14 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
     for spec in specs:
         rows = [r for r in records if r["engine"] == spec]
         entry = {"cells": {}, "swept": time.strftime("%Y-%m-%d")}
-        name, _, version = spec.partition("==")
+        name, version, _ = parts(spec)
         try:
             entry["build"] = build_report(environment_for(name, version))  # cached: made by the sweep
         except EnvironmentBuildError as e:
             entry["error"] = str(e)
+        path = next((r["path"] for r in rows if r.get("path")), None)
+        if path:  # the path judged, and whether a GPU deployment of the release takes it by default
+            entry["path"] = path
         for r in rows:
             entry["cells"].setdefault(r["subject"], {})[r["contract"]] = {
                 k: r.get(k) for k in ("status", "summary", "root_cause", "follows_from") if r.get(k) is not None}
@@ -167,16 +200,35 @@ def _verdict(cells: dict | None) -> str:
     return "yes"
 
 
-def _label(spec: str) -> str:
-    name, version = spec.split("==")
-    return f"{'SGLang' if name == 'sglang' else 'vLLM'} {version}"
+def _label(spec: str, entry: dict | None = None) -> str:
+    """``SGLang 0.5.9``; a vLLM row names its runner: ``vLLM 0.32.0, Model Runner V2 (the GPU default)``."""
+    name, version, runner = parts(spec)
+    label = f"{'SGLang' if name == 'sglang' else 'vLLM'} {version}"
+    path = (entry or {}).get("path") or {}
+    if path.get("kind") == "runner":
+        return f"{label}, {path['label']}" + (" (the GPU default)" if path.get("is_default") else "")
+    return f"{label}, Model Runner {runner.upper()}" if runner else label
+
+
+def _order(spec: str) -> tuple:
+    name, version, runner = parts(spec)
+    return name != "sglang", release_order(version), runner or ""
+
+
+def _duplicate(doc: dict, spec: str) -> bool:
+    """A release's other-path row that adds nothing: it could not be judged (the default row says why) or it judged
+    the default path itself."""
+    name, version, runner = parts(spec)
+    entry = doc["releases"][spec]
+    return runner is not None and (bool(entry.get("error")) or not entry.get("cells")
+                                   or (entry.get("path") or {}).get("is_default", False))
 
 
 def render(doc: dict) -> str:
     from contracts.registry import all_contracts
 
     contracts = [c for c in all_contracts()]
-    specs = sorted(doc["releases"], key=lambda s: (s.split("==")[0] != "sglang", release_order(s.split("==")[1])))
+    specs = sorted((s for s in doc["releases"] if not _duplicate(doc, s)), key=_order)
     subjects = sorted({s for e in doc["releases"].values() for s in e.get("cells", {})})
     judged = [s for s in specs if doc["releases"][s].get("cells") and not doc["releases"][s].get("error")]
     shared = [s for s in specs if doc["releases"][s].get("same_as")]
@@ -184,11 +236,15 @@ def render(doc: dict) -> str:
            "Generated by `tox -e nightly` (`python -m contracts.compatibility`); every cell is the verdict of the "
            "release's own code on a CPU, in an environment derived from the release's own metadata "
            "(`contracts/engines/recipes.py`). Do not edit by hand.", "",
-           f"{len(specs)} releases: {sum(s.startswith('sglang') for s in judged)} SGLang and "
-           f"{sum(s.startswith('vllm') for s in judged)} vLLM releases judged; {len(shared)} post releases share "
-           "their base release's row because their EAGLE-3 code (the draft, worker, model runner, loader, config "
-           "and target-class files, `EAGLE3_FILES`) is byte-identical to it; the rest say why they were not "
-           "judged (the import or error that stopped them)."]
+           f"{len({parts(s)[:2] for s in specs})} releases: {sum(s.startswith('sglang') for s in judged)} SGLang and "
+           f"{len({parts(s)[:2] for s in judged if s.startswith('vllm')})} vLLM releases judged; {len(shared)} post "
+           "releases share their base release's row because their EAGLE-3 code (the draft, worker, model runner, "
+           "loader, config and target-class files, `EAGLE3_FILES`) is byte-identical to it; the rest say why they were "
+           "not judged (the import or error that stopped them).", "",
+           "Each verdict is about the path a GPU deployment of the release takes by default, found from the "
+           "release's own code: SGLang's speculative worker (`SpeculativeAlgorithm.create_worker` with the release's "
+           "own server arguments), vLLM's Model Runner V2 (`VllmConfig.use_v2_model_runner` with Triton present); "
+           "each vLLM release has a second row for Model Runner V1, the CPU build's runner (`--runner v1`)."]
     if doc.get("caveats"):  # verdicts known to be the suite's own defect, until it is fixed and the rows re-swept
         out += ["", "**Known defects of this table** (the suite's, not the engines'):", ""]
         out += [f"- {c}" for c in doc["caveats"]]
@@ -207,14 +263,14 @@ def render(doc: dict) -> str:
     for spec in specs:
         entry = doc["releases"][spec]
         if entry.get("same_as"):
-            out.append(f"| {_label(spec)} | same EAGLE-3 code as {entry['same_as'].split('==')[1]} |"
+            out.append(f"| {_label(spec, entry)} | same EAGLE-3 code as {entry['same_as'].split('==')[1]} |"
                        + " |" * (len(subjects) - 1))
         elif entry.get("error"):
             reason = entry["error"][:300].replace("|", "/")
-            out.append(f"| {_label(spec)} | not judged: {reason} |" + " |" * (len(subjects) - 1))
+            out.append(f"| {_label(spec, entry)} | not judged: {reason} |" + " |" * (len(subjects) - 1))
         else:
-            out.append(f"| {_label(spec)} | " + " | ".join(_verdict(entry.get("cells", {}).get(s)) for s in subjects)
-                       + " |")
+            out.append(f"| {_label(spec, entry)} | "
+                       + " | ".join(_verdict(entry.get("cells", {}).get(s)) for s in subjects) + " |")
     out += ["", "## Where each break began and ended", "",
             "Per engine, in release order over the releases judged (a release that could not be judged is "
             "skipped, not counted as a change).", ""]
@@ -228,7 +284,8 @@ def render(doc: dict) -> str:
         for spec in judged:
             cells = doc["releases"][spec].get("cells", {}).get(s)
             if cells:
-                out.append(f"| {spec.replace('==', ' ')} | " + " | ".join(_cell(cells.get(c)) for c in contracts) + " |")
+                out.append(f"| {_label(spec, doc['releases'][spec])} | "
+                           + " | ".join(_cell(cells.get(c)) for c in contracts) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -236,8 +293,8 @@ def _transitions(doc: dict, judged: list[str], subjects: list[str], contracts) -
     """Where a contract's verdict turned to or from a failure between judged releases of one engine, with the drafts
     it turned for (grouped) and the engine's own words on the first of them."""
     changes: dict[tuple, list] = {}
-    for engine in ("sglang", "vllm"):
-        seq = [s for s in judged if s.startswith(engine + "==")]
+    for engine, runner in {parts(s)[0::2] for s in judged}:  # one sequence per engine and path
+        seq = sorted((s for s in judged if parts(s)[0::2] == (engine, runner)), key=_order)
         for c in contracts:
             for subject in subjects:
                 prev = None
@@ -250,12 +307,12 @@ def _transitions(doc: dict, judged: list[str], subjects: list[str], contracts) -
                         changes.setdefault((engine, c, spec, prev[0], bad), []).append((subject, cell))
                     prev = (spec, bad)
     lines = []
-    for (engine, c, spec, before, bad), hits in sorted(
-            changes.items(), key=lambda kv: (kv[0][0], release_order(kv[0][2].split("==")[1]), kv[0][1])):
+    for (engine, c, spec, before, bad), hits in sorted(changes.items(), key=lambda kv: (_order(kv[0][2]), kv[0][1])):
         verb = "fails from" if bad else "holds again from"
         drafts = ", ".join(subject for subject, _ in hits)
         words = f": {hits[0][1]['summary'][:240]}" if bad else ""
-        lines.append(f"- `{c}` {verb} {_label(spec)} (after {before.split('==')[1]}) for {drafts}{words}")
+        lines.append(f"- `{c}` {verb} {_label(spec, doc['releases'][spec])} (after {parts(before)[1]}) for "
+                     f"{drafts}{words}")
     return lines
 
 

@@ -64,11 +64,12 @@ def new_releases(doc: dict, newest: str | None) -> list[str]:
 
 
 def _previous(doc: dict, spec: str) -> str | None:
-    """The latest release of the same engine before ``spec`` that the table holds verdicts for."""
-    engine, version = spec.split("==")
-    older = [s for s, e in doc["releases"].items() if s.startswith(engine + "==") and e.get("cells")
-             and compatibility.release_order(s.split("==")[1]) < compatibility.release_order(version)]
-    return max(older, key=lambda s: compatibility.release_order(s.split("==")[1]), default=None)
+    """The latest release of the same engine before ``spec``, judged on the same path, that the table holds verdicts
+    for."""
+    engine, version, runner = compatibility.parts(spec)
+    older = [s for s, e in doc["releases"].items() if e.get("cells") and compatibility.parts(s)[0::2] == (engine, runner)
+             and compatibility.release_order(compatibility.parts(s)[1]) < compatibility.release_order(version)]
+    return max(older, key=lambda s: compatibility.release_order(compatibility.parts(s)[1]), default=None)
 
 
 def newly_failing(doc: dict, specs: list[str]) -> list[dict]:
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
             compatibility.save(doc, data)
             if data.resolve() == compatibility.DATA.resolve():
                 compatibility.DOC.write_text(compatibility.render(doc))
-        judged = [s for s in specs if s in doc["releases"]]
+        judged = [s for s in compatibility.with_paths(specs) if s in doc["releases"]]
         tonight = {"releases": {s: doc["releases"][s] for s in [*judged, pinned_spec()] if s in doc["releases"]},
                    "last_sweep": doc.get("last_sweep"),
                    "trainers": {k: doc["trainers"][k] for k in trainer_keys if k in doc.get("trainers", {})},

@@ -26,9 +26,10 @@ from pathlib import Path
 from contracts.builds import RECORD, read_record
 from contracts.engines.environments import envs_root, release_order
 
-# The engine releases each trainer build is judged on: the pinned SGLang, the pinned vLLM, and the last SGLang
-# release that names the draft's layer `midlayer.*` (the naming speculators moved away from and back to).
-ENGINES = ["sglang==0.5.23", "vllm==0.32.0", "sglang==0.5.9"]
+# The engine releases each trainer build is judged on: the pinned SGLang, the pinned vLLM (on Model Runner V2, a GPU
+# deployment's default, and on V1, the CPU build's), and the last SGLang release that names the draft's layer
+# `midlayer.*` (the naming speculators moved away from and back to).
+ENGINES = ["sglang==0.5.23", "vllm==0.32.0", "vllm==0.32.0:v1", "sglang==0.5.9"]
 TRAINERS = ("speculators", "specforge", "modelopt")
 
 
@@ -107,7 +108,9 @@ def update(doc: dict, releases: list[str], engines: list[str] = ENGINES, workers
     table = doc.setdefault("trainers", {})
     for key, b in builds.items():
         entry = {k: v for k, v in b.items() if k != "directory"}
-        entry["engines"] = verdicts.get(key, {})
+        # the engines judged now replace their columns; the others' verdicts on the same build stay
+        kept = {e: v for e, v in (table.get(key) or {}).get("engines", {}).items() if e not in engines}
+        entry["engines"] = {**kept, **verdicts.get(key, {})} if "error" not in entry else verdicts.get(key, {})
         entry["swept"] = time.strftime("%Y-%m-%d")
         table[key] = entry
     doc["last_trainer_sweep"] = {"releases": releases, "engines": engines, "workers": workers,

