@@ -139,6 +139,8 @@ def test_the_matrix_shows_the_other_runner_only_where_it_disagrees(tmp_path, cap
             assert code == 0 and doc["disagrees"][src][V1] is False
             assert "Model Runner V1" not in table.split("Not shown")[0]
             assert "Not shown, same verdicts as the default path on every row: vllm 0.32.0 on Model Runner V1" in table
+            assert "| Model Runner V1 (asked for; a GPU deployment runs Model Runner V2) |" in \
+                matrix.markdown(doc, all_paths=True)  # matrix --all-paths
     capsys.readouterr()
 
 
@@ -177,3 +179,13 @@ def test_a_release_ahead_of_the_cpu_build_is_judged_where_no_kernel_is_needed():
     assert "is not judged: vLLM 0.33.0 is judged from its GPU wheel" in results["config"].summary
     parity = results["forward-parity"]
     assert parity.status == "skip" and "its compiled kernels are CUDA's" in parity.summary
+
+
+def test_model_runner_v2_of_a_release_whose_load_model_takes_no_model_is_replayed_as_written():
+    """vLLM 0.29-0.31's V2 load_model takes no model argument and loads the target through get_model_loader: handed
+    the model instead of a second build (which vLLM refuses, "Duplicate layer name", in its own frame), its own
+    capture wiring runs; the default ids hold on the default runner as on V1 (a false hidden-width fail before)."""
+    result, path = judge("hidden-width", DRAFTS["specforge"], "vllm==0.31.0", trainer="specforge")
+    assert path.judged == "v2" and path.is_default
+    assert result.status == "pass", result
+    assert result.evidence["engine_hf_hidden_states"] == [2, 4, 5] and result.evidence["runner"] == "v2"

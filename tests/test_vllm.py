@@ -187,8 +187,9 @@ def test_trained_heads_are_kept(engine, step):
     assert result.status == "pass", result
     assert result.evidence["head"]["from"] == "checkpoint"
     assert result.evidence["embedding"]["from"] == f"target ({step})"
-    assert result.evidence["wiring"]["engine_function"] == {
-        VLLM: "EagleSpeculator.load_model (load_eagle_model)", V1: "EagleProposer.load_model"}[engine]
+    function = result.evidence["wiring"]["engine_function"]
+    assert function.startswith({VLLM: "EagleSpeculator.load_model (load_eagle_model", V1: "EagleProposer.load_model"}[
+        engine])
 
 
 @pytest.mark.parametrize("engine,step", [(VLLM, "load_eagle_model"), (V1, "_maybe_share_lm_head")])

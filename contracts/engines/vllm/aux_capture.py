@@ -110,20 +110,21 @@ def _v2_capture(configs, target, draft) -> types.SimpleNamespace:
     """V2: vLLM's own V2 CPU runner; its constructor decides the capture switch, its ``load_model`` (given the
     target, the draft handed to its speculator) reads the ids and wires the capture."""
     from contracts.engines.vllm.context import current
-    from contracts.engines.vllm.runners import draft_model_is, v2_aux_ids, v2_runner
+    from contracts.engines.vllm.runners import draft_model_is, target_model_is, v2_aux_ids, v2_runner
 
     runner = v2_runner(configs.vc)
 
     def setup():
         if draft is None:  # (the load contracts report the engine's refusal to build it)
             raise ReplayError("V2's load_model needs the draft, which vLLM could not build")
-        with current(configs.vc), draft_model_is(draft):
-            runner.load_model(model=target)
+        with current(configs.vc), target_model_is(target), draft_model_is(draft):
+            runner.load_model()
 
     return types.SimpleNamespace(
         use_aux=bool(runner.use_aux_hidden_state_outputs), ids=v2_aux_ids(configs.vc), setup=setup,
-        how="V2: the CPU GPUModelRunner's constructor (use_aux_hidden_state_outputs) and load_model "
-            "(set_eagle3_aux_hidden_state_layers: get_eagle3_aux_layers_from_config, else the target's default)")
+        how="V2: vLLM's own V2 CPU runner, its constructor (use_aux_hidden_state_outputs) and load_model "
+            "(set_eagle3_aux_hidden_state_layers: get_eagle3_aux_layers_from_config, else the target's default); "
+            "these functions decide, and none of V2's Triton-only kernels (batch preparation, speculator steps) runs")
 
 
 CAPTURE = {"v1": _v1_capture, "v2": _v2_capture}
@@ -254,7 +255,8 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
             model = _build_target(configs, "cpu")
         except Exception as e:
             obs.evidence = "static"
-            obs.evidence_reason = f"a tiny {arch} could not be built on CPU: {type(e).__name__}: {str(e)[:300]}"
+            obs.evidence_reason = f"a tiny {arch} could not be built on CPU: {type(e).__name__}: {str(e)[:300]}" + (
+                f" ({kernels_missing()})" if kernels_missing() else "")
             return obs
         if own_weights:
             try:
@@ -266,7 +268,9 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
                 return obs
         else:
             init_random(model)
-        finish_loading(model, configs.target)
+        missing = kernels_missing()
+        if not missing:  # (what a forward needs: the CPU build's weight prepacking, e.g. an MoE target's)
+            finish_loading(model, configs.target)
         obs.runner = resolve(configs.vc, runner)
         try:
             draft = build_draft(configs, beside_target=True)
@@ -291,7 +295,6 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         # asked of the hook alone, before any forward: known even where the tiny forward cannot run on a CPU
         if trainer_hf_indices and owner is not None and obs.configure_error is None:
             obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
-        missing = kernels_missing()
         if missing:  # the capture the runner wired is known; what it hands over cannot be run
             obs.evidence, obs.evidence_reason = "static", missing
             return obs

@@ -12,6 +12,7 @@ get_supported_head_sizes``): a model of another head size is refused here with t
 from __future__ import annotations
 
 import contextlib
+import functools
 
 SEED = 0
 
@@ -20,6 +21,7 @@ class UnsupportedGeometry(RuntimeError):
     """vLLM's CPU attention kernel does not take this head size (an engine limit on a CPU, not a verdict)."""
 
 
+@functools.lru_cache(maxsize=1)
 def kernels_missing() -> str | None:
     """Why no vLLM forward can run in this environment (None: it can). The CPU build ships its kernels as
     ``vllm._C``; the GPU wheel (a release the CPU build does not have yet) ships CUDA kernels only, which do not load

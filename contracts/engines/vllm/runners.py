@@ -92,12 +92,49 @@ def draft_model_is(draft):
     handed the draft this suite built and traced (the same class, from the same config), not a second load."""
     import vllm.v1.worker.gpu.spec_decode.eagle.utils as eagle_utils
 
-    saved = eagle_utils.get_model
-    eagle_utils.get_model = lambda *args, **kwargs: draft
+    with handed(eagle_utils, "get_model", lambda *args, **kwargs: draft, "load_eagle_model did not ask get_model "
+                                                                        "for the draft"):
+        yield
+
+
+@contextlib.contextmanager
+def target_model_is(target):
+    """V2's ``load_model`` loads the target through ``get_model_loader`` (0.29-0.31 take no model argument): here the
+    loader hands back the target this suite built (vLLM's own class from the same config), so the rest of the
+    runner's own ``load_model`` runs as written: the capture switch, ``set_eagle3_aux_hidden_state_layers``, the
+    speculator's load."""
+    import types
+
+    import vllm.v1.worker.gpu.model_runner as v2
+
+    loader = types.SimpleNamespace(load_model=lambda *args, **kwargs: target)
+    with handed(v2, "get_model_loader", lambda *args, **kwargs: loader, "its load_model did not ask "
+                                                                        "get_model_loader for the target"):
+        yield
+
+
+@contextlib.contextmanager
+def handed(module, name: str, stand_in, unused: str):
+    """MODULE.NAME replaced by STAND_IN while the runner's code runs, restored afterwards. A release whose code never
+    called it took another way to the model, which would build a second one beside this suite's (vLLM then raises
+    "Duplicate layer name", its own frame, not a verdict): that is this suite's replay failing, said as such."""
+    from contracts.engines.errors import ReplayError
+    from contracts.engines.vllm.context import engine_version
+
+    calls = []
+    saved = getattr(module, name)
+    setattr(module, name, lambda *args, **kwargs: calls.append(1) or stand_in(*args, **kwargs))
     try:
         yield
+    except Exception as e:
+        if not calls:
+            raise ReplayError(f"this suite's replay of vLLM {engine_version()}'s Model Runner V2 failed: {unused} "
+                              f"({type(e).__name__}: {str(e)[:200]})") from None
+        raise
     finally:
-        eagle_utils.get_model = saved
+        setattr(module, name, saved)
+    if not calls:
+        raise ReplayError(f"this suite's replay of vLLM {engine_version()}'s Model Runner V2 failed: {unused}")
 
 
 def v2_aux_ids(vc):

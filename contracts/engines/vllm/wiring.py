@@ -198,7 +198,8 @@ def _v2_wiring(configs, draft, target, calls: list):
 
 V2_STEPS = ("maybe_share_target_embed", "load_eagle_model")  # V2's embedding step, and the head step inside it
 WIRING = {"v1": types.SimpleNamespace(name="EagleProposer.load_model", run=_v1_wiring),
-          "v2": types.SimpleNamespace(name="EagleSpeculator.load_model (load_eagle_model)", run=_v2_wiring)}
+          "v2": types.SimpleNamespace(name="EagleSpeculator.load_model (load_eagle_model; the Model Runner V2 "
+                                           "functions that decide, none of its Triton-only kernels)", run=_v2_wiring)}
 
 
 def observe_embed_head(engine_dir, target_dir, runner: str | None = None) -> WiringObservation:
