@@ -1,9 +1,10 @@
 """``eagle3-contracts``: check a draft checkpoint against the engine's real code, or convert one.
 
-    eagle3-contracts check CHECKPOINT [--target DIR] [--engine sglang[==VERSION]] [--only IDS]
-                           [--format text|json|junit|markdown] [--output FILE] [--strict]
+    eagle3-contracts check CHECKPOINT [--target DIR] [--engine sglang[==VERSION]|vllm[==VERSION]] [--runner v1|v2]
+                           [--only IDS] [--format text|json|junit|markdown] [--output FILE] [--strict]
     eagle3-contracts check --examples [--engine sglang==X]   (every bundled trainer-built draft)
-    eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,sglang==B [--format text|json|markdown]
+    eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,vllm==B [--format text|json|markdown]
+                            [--all-paths]
     eagle3-contracts convert --to sglang|vllm SRC DST --target DIR [--engine E==X] [--trainer T] [--verbatim]
     eagle3-contracts build-tiny --trainer speculators|specforge|modelopt --out DIR [--target DIR]
                                 (a tiny draft built by the trainer release installed here; `check DIR` judges it)
@@ -12,7 +13,9 @@ Exit codes: 0 every contract holds (warnings allowed unless --strict; for matrix
 the draft as trained; for convert: the engine serves DST as trained), 1 a contract fails (matrix: no engine
 serves it; convert: DST is still not served as trained, and why), 2 the input or the invocation is
 unusable (one line on stderr, nothing written). ``--engine sglang==X`` for a release other than the one
-installed here runs the engine side in that release's cached environment (contracts.engines.environments).
+installed here runs the engine side in that release's cached environment (contracts.engines.environments). Every
+verdict is about the code path a GPU deployment of the release takes by default (vLLM: Model Runner V2; SGLang: the
+worker its release constructs), and says so; ``--runner v1`` (vLLM) judges the other runner.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the library that trained a flat-config draft (as for check)")
     m.add_argument("--only", help="comma-separated contract ids")
     m.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    m.add_argument("--all-paths", action="store_true",
+                   help="a row for every path judged (vLLM: both model runners), not only where they disagree")
     m.add_argument("--output", help="write the matrix to FILE instead of stdout")
     b = sub.add_parser("build-tiny", help="build a tiny draft with the trainer release installed here (then: check DIR)")
     b.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"), required=True)
@@ -199,7 +204,7 @@ def _run_matrix(args) -> int:
     _guard_output(args.output, [first.checkpoint_path] + ([first.target_path] if first.target_path else []))
     first.checkpoint, first.target  # noqa: B018  (validate the inputs before any engine work)
     doc = matrix.run(subjects, only)
-    _emit(matrix.render(doc, args.format), args.output)
+    _emit(matrix.render(doc, args.format, all_paths=args.all_paths), args.output)
     return matrix.exit_code(doc)
 
 

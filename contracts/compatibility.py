@@ -165,12 +165,18 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
         if rows and all(r["status"] == "error" for r in rows) and "error" not in entry:
             entry["error"] = stopped or rows[0]["summary"]
         doc["releases"][spec] = entry
-    previous = doc.get("last_sweep") or {}
-    if len(previous.get("engines", [])) > len(specs):  # a re-sweep of a few rows: the full sweep's figures stay
-        doc["full_sweep"] = doc.get("full_sweep") or previous
+    return record_sweep(doc, {"engines": specs, "workers": workers, "wall_s": round(wall, 1)})
+
+
+def record_sweep(doc: dict, sweep: dict) -> dict:
+    """Keep SWEEP's figures: as the full sweep when it judged every row the table holds (a post release sharing its
+    base's row aside), else as one more re-sweep since the full one (each is listed with its own figures)."""
+    rows = {s for s, e in doc["releases"].items() if not e.get("same_as")}
+    if rows <= set(sweep["engines"]):
+        doc["full_sweep"], doc["re_sweeps"] = sweep, []
     else:
-        doc.pop("full_sweep", None)
-    doc["last_sweep"] = {"engines": specs, "workers": workers, "wall_s": round(wall, 1)}
+        doc["re_sweeps"] = [*doc.get("re_sweeps", []), {**sweep, "swept": time.strftime("%Y-%m-%d")}]
+    doc["last_sweep"] = sweep
     return doc
 
 
@@ -204,9 +210,13 @@ def _label(spec: str, entry: dict | None = None) -> str:
     """``SGLang 0.5.9``; a vLLM row names its runner: ``vLLM 0.32.0, Model Runner V2 (the GPU default)``."""
     name, version, runner = parts(spec)
     label = f"{'SGLang' if name == 'sglang' else 'vLLM'} {version}"
+    if "the GPU wheel" in ((entry or {}).get("build") or {}).get("recipe", ""):  # recipes.derive_gpu_wheel's note
+        label += " (GPU wheel on the CPU torch: no forward runs, so forward-parity and config's switches are not judged)"
     path = (entry or {}).get("path") or {}
     if path.get("kind") == "runner":
         return f"{label}, {path['label']}" + (" (the GPU default)" if path.get("is_default") else "")
+    if path.get("kind") == "worker":  # the speculative worker the release constructs by default
+        return f"{label}, {path['label']}"
     return f"{label}, Model Runner {runner.upper()}" if runner else label
 
 
@@ -249,12 +259,15 @@ def render(doc: dict) -> str:
         out += ["", "**Known defects of this table** (the suite's, not the engines'):", ""]
         out += [f"- {c}" for c in doc["caveats"]]
     def sweep_line(label, last):
-        return (f"{label}: {len(last['engines'])} release(s) in {last['wall_s']:.0f} s with {last['workers']} "
-                f"pytest-xdist worker(s)" + (f" over {last['jobs']} jobs" if last.get("jobs") else ""))
+        n, paths = len({parts(e)[:2] for e in last["engines"]}), len(last["engines"])
+        return (f"{label}: {n} release(s){f' ({paths} release paths)' if paths != n else ''} in {last['wall_s']:.0f} s "
+                f"with {last['workers']} pytest-xdist worker(s)" + (f" over {last['jobs']} jobs" if last.get("jobs") else ""))
 
     if doc.get("full_sweep"):
-        out += ["", sweep_line("Last full sweep", doc["full_sweep"]) + "; "
-                + sweep_line("re-swept since", doc["last_sweep"]) + f" ({', '.join(doc['last_sweep']['engines'])})."]
+        out += ["", sweep_line("Last full sweep", doc["full_sweep"]) + "."]
+        for again in doc.get("re_sweeps", []):
+            out.append(sweep_line(f"Re-swept{' on ' + again['swept'] if again.get('swept') else ' since'}", again)
+                       + f" ({', '.join(again['engines'])}).")
     elif doc.get("last_sweep"):
         out += ["", sweep_line("Last sweep", doc["last_sweep"]) + "."]
     out += ["", "## Which releases serve each draft as trained", "",
@@ -300,7 +313,7 @@ def _transitions(doc: dict, judged: list[str], subjects: list[str], contracts) -
                 prev = None
                 for spec in seq:
                     cell = doc["releases"][spec]["cells"].get(subject, {}).get(c)
-                    if cell is None or cell["status"] == "error":
+                    if cell is None or cell["status"] in ("error", "skip"):  # not judged there: no verdict to compare
                         continue
                     bad = cell["status"] == "fail"
                     if prev is not None and bad != prev[1]:
@@ -339,7 +352,7 @@ def merge(doc: dict, parts: list[dict]) -> dict:
         wall = max(wall, last.get("wall_s", 0.0))
         workers += last.get("workers", 0)
     if engines:
-        doc["last_sweep"] = {"engines": engines, "workers": workers, "wall_s": wall, "jobs": len(parts)}
+        record_sweep(doc, {"engines": engines, "workers": workers, "wall_s": wall, "jobs": len(parts)})
     return doc
 
 

@@ -135,9 +135,9 @@ def document(reports: list[dict]) -> dict:
             "converted_from": converted_from, "reports": reports}
 
 
-def _shown(doc: dict, subject: str, engine: str) -> bool:
-    """A release's other path is a row only where its verdicts differ from the default path's."""
-    return engine not in doc.get("alternatives", {}).get(subject, {}) or doc["disagrees"][subject][engine]
+def _shown(doc: dict, subject: str, engine: str, all_paths: bool = False) -> bool:
+    """A release's other path is a row only where its verdicts differ from the default path's (or ``all_paths``)."""
+    return all_paths or engine not in doc.get("alternatives", {}).get(subject, {}) or doc["disagrees"][subject][engine]
 
 
 def _cell(cell: dict | None) -> str:
@@ -149,7 +149,7 @@ def _cell(cell: dict | None) -> str:
     return text
 
 
-def markdown(doc: dict) -> str:
+def markdown(doc: dict, all_paths: bool = False) -> str:
     """One row per (subject, engine path), one column per contract, and whether the pair can be deployed; a
     release's other path (vLLM's other runner) only where its verdicts differ from the default path's."""
     index = {(c["subject"], c["engine"], c["contract"]): c for c in doc["cells"]}
@@ -159,7 +159,7 @@ def markdown(doc: dict) -> str:
     for base in (s for s in doc["subjects"] if s not in converted_from):
         for engine in doc["engines"]:  # per engine release: the draft as judged, then its copy after convert
             for subject in [base, *(c for c, b in converted_from.items() if b == base)]:
-                if engine not in doc["deployable"].get(subject, {}) or not _shown(doc, subject, engine):
+                if engine not in doc["deployable"].get(subject, {}) or not _shown(doc, subject, engine, all_paths):
                     continue
                 path = doc.get("paths", {}).get(engine, {})
                 row = [subject, path.get("release", engine.partition(":")[0]).replace("==", " "),
@@ -168,8 +168,9 @@ def markdown(doc: dict) -> str:
                        *(_cell(index.get((subject, engine, c))) for c in doc["contracts"]),
                        "yes" if doc["deployable"][subject][engine] else "**no**"]
                 out.append("| " + " | ".join(row) + " |")
-    agree = sorted({e for by in doc.get("disagrees", {}).values() for e, differs in by.items() if not differs}
-                   - {e for by in doc.get("disagrees", {}).values() for e, differs in by.items() if differs})
+    agree = [] if all_paths else sorted(
+        {e for by in doc.get("disagrees", {}).values() for e, differs in by.items() if not differs}
+        - {e for by in doc.get("disagrees", {}).values() for e, differs in by.items() if differs})
     if agree:
         out.append("")
         out.append("Not shown, same verdicts as the default path on every row: " + ", ".join(
@@ -177,8 +178,8 @@ def markdown(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def text(doc: dict) -> str:
-    lines = [markdown(doc)]
+def text(doc: dict, all_paths: bool = False) -> str:
+    lines = [markdown(doc, all_paths)]
     alternatives = doc.get("alternatives", {})
     for subject, by in doc["deployable"].items():
         good = [e for e, ok in by.items() if ok and e not in alternatives.get(subject, {})]
@@ -196,12 +197,12 @@ def text(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(doc: dict, fmt: str) -> str:
+def render(doc: dict, fmt: str, all_paths: bool = False) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, default=str) + "\n"
     if fmt == "markdown":
-        return markdown(doc)
-    return text(doc)
+        return markdown(doc, all_paths)
+    return text(doc, all_paths)
 
 
 def exit_code(doc: dict) -> int:
