@@ -92,7 +92,12 @@ def judge(builds: dict[str, dict], engines: list[str], workers: int) -> dict[str
         key = by_index[r["subject"].split("-", 1)[0]] if len(built) > 1 else built[0][0]
         cell = {k: r.get(k) for k in ("status", "summary", "root_cause", "follows_from") if r.get(k) is not None}
         out.setdefault(key, {}).setdefault(r["engine"], {})[r["contract"]] = cell
+        if r.get("path"):  # the path each engine column judged (the same for every build)
+            out.setdefault(PATHS, {})[r["engine"]] = r["path"]
     return out
+
+
+PATHS = "(paths)"  # judge()'s record of the path each engine column judged, kept in doc["trainer_paths"]
 
 
 def update(doc: dict, releases: list[str], engines: list[str] = ENGINES, workers: int = 1) -> dict:
@@ -105,6 +110,7 @@ def update(doc: dict, releases: list[str], engines: list[str] = ENGINES, workers
         builds[key] = build(trainer, version)
     built_s = time.perf_counter() - start
     verdicts = judge(builds, engines, workers)
+    doc.setdefault("trainer_paths", {}).update(verdicts.pop(PATHS, {}))
     table = doc.setdefault("trainers", {})
     for key, b in builds.items():
         entry = {k: v for k, v in b.items() if k != "directory"}
@@ -151,7 +157,8 @@ def render(doc: dict) -> list[str]:
         out += ["", f"Last trainer sweep: {len(last['releases'])} release(s), built in {last['build_wall_s']:.0f} s "
                     f"and judged on {len(last['engines'])} engine release(s), {last['wall_s']:.0f} s in all with "
                     f"{last['workers']} pytest-xdist worker(s)."]
-    out += ["", "| trainer release | " + " | ".join(_label(e) for e in engines) + " | built in |",
+    paths = doc.get("trainer_paths") or {}
+    out += ["", "| trainer release | " + " | ".join(_label(e, {"path": paths.get(e)}) for e in engines) + " | built in |",
             "|---|" + "---|" * (len(engines) + 1)]
     for key in keys:
         entry = table[key]

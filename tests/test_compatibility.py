@@ -115,3 +115,12 @@ def test_each_vllm_release_is_a_row_per_runner_labelled_with_the_path_it_judged(
     assert text.count("vLLM 0.27.0") == 1
     assert "- `hidden-width` holds again from vLLM 0.32.0, Model Runner V1 (after 0.31.0) for a" in text
     assert "Model Runner V2 (the GPU default) (after" not in text  # V2 held on both: no change along its path
+
+
+def test_the_trainer_grid_names_the_path_each_engine_column_judged():
+    from contracts import trainer_compatibility
+
+    doc = _trainers()
+    doc["trainer_paths"] = {"sglang==0.5.9": {"kind": "worker", "label": "EAGLEWorker", "is_default": True}}
+    text = "\n".join(trainer_compatibility.render(doc))
+    assert "| trainer release | SGLang 0.5.9, EAGLEWorker | built in |" in text
