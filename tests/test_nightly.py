@@ -78,7 +78,7 @@ def test_nightly_judges_the_releases_it_is_given_and_writes_its_report(tmp_path,
     assert cells["speculators-kimi-k25"]["key-naming"]["status"] == "fail"  # the replayed Kimi-K2.5 failure
     assert cells["specforge"]["key-naming"]["status"] == "pass"
     assert json.loads((tmp_path / "out" / "newly_failing.json").read_text()) == []  # all documented on 0.5.9
-    assert "| SGLang 0.5.9 |" in (tmp_path / "out" / "matrix.md").read_text()
+    assert "| SGLang 0.5.9, EAGLEWorker |" in (tmp_path / "out" / "matrix.md").read_text()  # its default worker
     assert json.loads((tmp_path / "out" / "drift.json").read_text())["drift"] == []
     assert "No drift" in (tmp_path / "out" / "drift.md").read_text()
 
