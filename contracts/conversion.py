@@ -170,12 +170,11 @@ def align_aux_ids(cfg: dict, firsts: list[Observed], reobserve) -> tuple[dict, l
         labels = ", ".join(f"{o.aux.engine['name']} {o.aux.engine['version']}{_on(o)}" for o in observed_all)
         if not misaligned:
             written = ids_read(cfg, key)
-            note = (f"aux layer ids: wrote {written} ({labels} then capture{'s' if len(observed_all) == 1 else ''} "
-                    f"hidden_states {wanted}; {trained_on}; at {key}, where {'both runners read' if len(observed_all) > 1 else 'it reads'} them)"
-                    if attempt else
+            s, readers = ("s", "it reads") if len(observed_all) == 1 else ("", "both runners read")
+            note = (f"aux layer ids: wrote {written} ({labels} then capture{s} hidden_states {wanted}; {trained_on}; "
+                    f"at {key}, where {readers} them)" if attempt else
                     f"aux layer ids kept as {written if written is not None else 'the default'}: {labels} with "
-                    f"{observed_all[0].aux.target_class} capture{'s' if len(observed_all) == 1 else ''} hidden_states "
-                    f"{wanted}; {trained_on}")
+                    f"{observed_all[0].aux.target_class} capture{s} hidden_states {wanted}; {trained_on}")
             return cfg, [note], []
         if attempt or ids_for is None:
             return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class} captures hidden_states "

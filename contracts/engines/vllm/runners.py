@@ -182,5 +182,5 @@ def observe_path(engine_dir, target_dir=None, runner: str | None = None):
         why += f" (for a config without this draft: vLLM refused it, {refused[:200]})"
     judged = resolve(vc, runner)
     return PathObservation(engine={"name": "vllm", "version": engine_version()}, kind="runner", judged=judged,
-                           label=LABEL[judged], default=default, default_label=LABEL[default], default_why=why, asked=runner,
-                           available=[V1, V2] if has_v2() else [V1])
+                           label=LABEL[judged], default=default, default_label=LABEL[default], default_why=why,
+                           asked=runner, available=[V1, V2] if has_v2() else [V1])
