@@ -178,7 +178,8 @@ def align_aux_ids(cfg: dict, firsts: list[Observed], reobserve) -> tuple[dict, l
             return cfg, [note], []
         if attempt or ids_for is None:
             return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class} captures hidden_states "
-                             f"{captured}, and no ids make it capture {wanted} ({trained_on})"
+                             f"{captured}, and no ids make it capture {wanted} ({trained_on}"
+                             + (f"; observed: {aux.ids_unreachable})" if aux.ids_unreachable else ")")
                              for label, aux, captured in misaligned]
         cfg = with_ids(cfg, key, ids_for)
         observed_all = reobserve(cfg)

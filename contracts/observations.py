@@ -146,6 +146,7 @@ class AuxCaptureObservation(Observation):
     fc_ran: bool | None = None
     draft_forward_error: str | None = None
     ids_for_trainer_layers: list | None = None  # explicit ids that make the engine capture the trainer's layers
+    ids_unreachable: str | None = None  # why no ids make the engine capture the trainer's layers (observed)
     ids_key: str | None = None  # where the engine reads explicit ids (None: eagle_config.eagle_aux_hidden_state_layer_ids)
     hf_indices_from: str | None = None  # how hf_indices were verified (None: against transformers' hidden_states)
     runner: str | None = None  # the vLLM model runner whose reading and wiring this is ("v1" / "v2")

@@ -190,6 +190,18 @@ def test_a_copy_made_for_sglang_is_judged_by_what_it_was_trained_on(tmp_path, ca
     assert code == 2 and "records that speculators trained it" in err and err.count("\n") == 1
 
 
+def test_a_layer_no_ids_make_the_engine_capture_exits_1_naming_it(tmp_path, capsys):
+    """speculators trained on the last layer's output (id 8 of 8); SGLang's Llama capture never reaches it: no
+    config is written as if it did."""
+    from tests.conftest import make_copy
+
+    src = make_copy(DRAFTS["speculators-default"], tmp_path / "src", config={"eagle_aux_hidden_state_layer_ids": [2, 4, 8]})
+    code, doc, err, cfg = _convert(capsys, src, tmp_path / "out", "--to", "sglang")
+    assert code == 1
+    assert "no ids make LlamaForCausalLM capture hidden_states [2, 4, 8]" in err
+    assert _status(doc, "hidden-width") == "fail"
+
+
 def test_a_switch_the_engine_lacks_makes_it_exit_1_naming_the_switch(tmp_path, capsys):
     """speculators' `train` defaults set norm_before_residual: true; SGLang has no such switch."""
     code, doc, err, cfg = _convert(capsys, DRAFTS["speculators-train"], tmp_path / "out", "--to", "sglang")

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from contracts.subject import Subject
-from tests.conftest import DRAFTS, TARGET, judge_contract
+from tests.conftest import DRAFTS, FIXTURES, TARGET, judge_contract
 
 
 def judge(path, trainer=None, trainer_aux_ids=None, target=TARGET):
@@ -70,14 +70,40 @@ def test_use_aux_hidden_state_false_bypasses_fc_silently(broken):
     assert "remove use_aux_hidden_state: false" in result.fix
 
 
-def test_aux_ids_outside_the_target(broken):
+def test_an_id_past_the_last_layer_is_judged_by_what_the_engine_captures(broken):
+    """No range rule of the suite's own: SGLang's Llama hook takes id 8 and lists layer 9, its decoder loop never
+    reaches it, and the observed forward is the verdict (two states handed over; fc cannot take them)."""
     path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 8]}})
     result = judge(path)
     assert result.status == "fail"
-    assert "aux layer ids [8] lie outside [0, 8)" in result.summary
-    # layer 9 never exists: the target hands over two layers, and the draft forward cannot apply fc
+    assert "lie outside" not in result.summary
+    assert "the target hands over 128 = 2 × 64 but fc takes 192 = 3 × 64" in result.summary
     assert result.evidence["hidden_width"] == 128
     assert "mat1 and mat2 shapes cannot be multiplied" in result.evidence["draft_forward_error"]
+
+
+def test_speculators_last_layer_id_has_no_sglang_ids_on_a_llama_target(broken):
+    """speculators' --include-last-layer id 8 (the output of an 8-layer target's last layer): SGLang's Llama hook
+    lists layer 8 for id 7, but the forward with it hands over two states. The fix says no config serves it as
+    trained, and prints no ids."""
+    path = broken("speculators-default", config={"eagle_aux_hidden_state_layer_ids": [2, 4, 8]})
+    result = judge(path, trainer="speculators")
+    assert result.status == "fail"
+    assert "speculators trained on hidden_states [2, 4, 8]" in result.summary
+    assert "write " not in result.fix and "[1, 3, 7]" in result.fix
+    assert "no config makes SGLang 0.5.23 serve this draft as trained" in result.fix
+    assert "the forward with them captures hidden_states [2, 4]" in result.fix
+    assert result.evidence["ids_for_trainer_layers"] is None
+
+
+def test_gpt_oss_keeps_an_id_at_the_layer_count_and_captures_it(broken):
+    """SGLang's gpt-oss hook keeps ids as written when the largest equals the layer count (captured at the final
+    norm): a speculators draft trained with the last layer is served as trained; a range rule failed it."""
+    path = broken("speculators-default", config={"eagle_aux_hidden_state_layer_ids": [2, 12, 24]})
+    result = judge(path, trainer="speculators", target=FIXTURES / "targets" / "gpt-oss-tiny-config")
+    assert result.status == "pass", result
+    assert result.evidence["layers_to_capture"] == [2, 12, 24]
+    assert result.evidence["engine_hf_hidden_states"] == [2, 12, 24]
 
 
 def test_number_of_ids_differs_from_what_fc_was_trained_on(broken):

@@ -166,6 +166,17 @@ def test_model_runner_v2_never_reads_nested_ids(broken):
     assert custom.fix.startswith("write eagle_aux_hidden_state_layer_ids: [1, 3, 7]")
 
 
+@pytest.mark.parametrize("engine", [VLLM, V1])
+def test_an_id_at_the_layer_count_is_the_last_layers_output(broken, engine):
+    """speculators' --include-last-layer id 8 on an 8-layer target: vLLM captures after every layer, so the
+    output of the last one is captured and the draft is served as trained (a range rule of ours failed it)."""
+    result = judge("hidden-width", broken("speculators-default", config={"eagle_aux_hidden_state_layer_ids": [2, 4, 8]}),
+                   trainer="speculators", engine=engine)
+    assert result.status == "pass", result
+    assert result.evidence["engine_hf_hidden_states"] == [2, 4, 8]
+    assert result.evidence["hidden_width"] == 3 * H and result.evidence["fc_ran"] is True
+
+
 def test_a_target_class_without_supports_eagle3_refuses(tmp_path):
     result = judge("hidden-width", DRAFTS["specforge"], target=FIXTURES / "targets" / "mixtral-tiny-config")
     assert result.status == "fail"

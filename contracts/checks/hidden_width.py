@@ -7,7 +7,10 @@ Prevents accept length 1.00 behind a healthy server: a target class without ``se
 its embedding's, and the forward succeeds; ``use_aux_hidden_state: false`` does the same; and layer ids
 counted in another convention (SGLang adds 1 to explicit ids; speculators and vLLM do not) feed the draft
 neighbouring layers it was never trained on. On vLLM a target class without ``SupportsEagle3`` refuses to
-start; the ids convention is judged the same way.
+start; the ids convention is judged the same way. No id range of the suite's own: an id at the layer count is the last
+layer's output where the engine captures it (vLLM; SGLang's gpt-oss hook) and nothing where it does not (SGLang's Llama
+loop), so ids are judged by what the engine's capture does, and the ids a fix prints are the ones its forward was seen
+to capture the trained layers with; where none do, the fix says so.
 """
 
 from __future__ import annotations
@@ -63,7 +66,6 @@ def check_hidden_width(subject) -> Result:
     sglang = aux.engine.get("name") == "sglang"
     hook_name = "set_eagle3_layers_to_capture" if sglang else "SupportsEagle3 (set_aux_hidden_state_layers)"
     problems, fixes = [], []
-    n = aux.num_target_layers
 
     if aux.hook == "missing" or aux.configure_error:
         reason = aux.configure_error or f"the class has no {hook_name}"
@@ -77,11 +79,6 @@ def check_hidden_width(subject) -> Result:
         problems.append("the draft config sets eagle_config.use_aux_hidden_state: false, so the engine captures no aux "
                         "layers although fc expects them")
         fixes.append("remove use_aux_hidden_state: false from eagle_config")
-    if n and aux.aux_layer_ids is not None:
-        outside = [i for i in aux.aux_layer_ids if not 0 <= int(i) < n]
-        if outside:
-            problems.append(f"aux layer ids {outside} lie outside [0, {n}) for a {n}-layer target")
-            fixes.append(f"list ids within [0, {n}) in eagle_config.eagle_aux_hidden_state_layer_ids")
 
     fc_weight = next((t for name, t in subject.checkpoint.tensors.items() if name.endswith("fc.weight")
                       and "decoder" not in name), None)
@@ -128,6 +125,9 @@ def check_hidden_width(subject) -> Result:
             if aux.ids_for_trainer_layers is not None:
                 fixes.append(f"write {aux.ids_key or 'eagle_config.eagle_aux_hidden_state_layer_ids'}: "
                              f"{aux.ids_for_trainer_layers} ({label} then captures hidden_states {wanted})")
+            elif aux.ids_unreachable:
+                fixes.append(f"no config makes {label}{_on(aux)} serve this draft as trained ({aux.ids_unreachable}): "
+                             f"retrain on layers it captures, or serve it with an engine that captures these")
     elif not subject.trainer_name:
         ev["trainer"] = ("unknown (a flat config names no trainer): layer alignment not judged; pass --trainer "
                          "speculators|specforge|modelopt to judge it")

@@ -165,21 +165,57 @@ def _hf_indices(target_dir: Path, captured, hidden: int, input_ids) -> list[int]
     return out
 
 
-def _ids_for(model, owner, wanted: list[int]) -> list[int] | None:
-    """Ask the engine's hook which explicit ids make it capture exactly ``wanted`` (tries id and id-1)."""
-    saved = list(owner.layers_to_capture)
-    flags = {m: m.__dict__["capture_aux_hidden_states"] for m in (model, owner)
-             if "capture_aux_hidden_states" in m.__dict__}  # the hook also switches capture on: put it back
-    try:
-        for candidate in ([w - 1 for w in wanted], list(wanted)):
-            model.set_eagle3_layers_to_capture(candidate)
-            if list(owner.layers_to_capture) == list(wanted):
-                return candidate
-    finally:
-        owner.layers_to_capture = saved
-        for m, flag in flags.items():
+class _HookState:
+    """Sets the engine's capture hook to some ids for a while and puts its state back (the hook also switches
+    capture on)."""
+
+    def __init__(self, model, owner):
+        self.model, self.owner = model, owner
+
+    def __enter__(self):
+        self.saved = list(self.owner.layers_to_capture)
+        self.flags = {m: m.__dict__["capture_aux_hidden_states"] for m in (self.model, self.owner)
+                      if "capture_aux_hidden_states" in m.__dict__}
+        return self
+
+    def set(self, ids) -> list:
+        self.model.set_eagle3_layers_to_capture(list(ids))
+        return list(self.owner.layers_to_capture)
+
+    def __exit__(self, *exc):
+        self.owner.layers_to_capture = self.saved
+        for m, flag in self.flags.items():
             m.capture_aux_hidden_states = flag
+
+
+def _ids_for(model, owner, wanted: list[int]) -> list[int] | None:
+    """Ask the engine's hook which explicit ids make it list exactly ``wanted`` (tries id-1 and id, as the hook of
+    each target class shifts them or not); ``_verify_ids`` then runs the forward with them."""
+    with _HookState(model, owner) as hook:
+        for candidate in ([w - 1 for w in wanted], list(wanted)):
+            if hook.set(candidate) == list(wanted):
+                return candidate
     return None
+
+
+def _verify_ids(obs, model, owner, forward, wanted: list[int]) -> None:
+    """The ids the hook lists are what it records, not what the forward captures: a Llama target's hook takes
+    id 7 on an 8-layer target and lists layer 8, but its decoder loop never reaches layer 8 and hands over two
+    states. Run the forward with the ids and keep them only when it captures ``wanted`` (by position where the
+    target has its own weights, else by count); otherwise say what it captured."""
+    candidate = obs.ids_for_trainer_layers
+    with _HookState(model, owner) as hook:
+        hook.set(candidate)
+        try:
+            captured, where = forward()
+        except Exception as e:  # noqa: BLE001  (the forward under the default ids ran: say why this one did not)
+            captured, where = None, f"its forward raised {type(e).__name__}: {str(e)[:200]}"
+    if captured == list(wanted) or (where == "count" and captured == len(wanted)):
+        return
+    got = where if captured is None else (f"{captured} state(s)" if where == "count" else f"hidden_states {captured}")
+    obs.ids_unreachable = (f"ids {candidate} make its hook list layers {list(wanted)}, but the forward with them "
+                           f"captures {got}: no ids make {obs.target_class} capture hidden_states {list(wanted)}")
+    obs.ids_for_trainer_layers = None
 
 
 def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] | None = None) -> AuxCaptureObservation:
@@ -273,6 +309,9 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         # asked of the hook alone, before any forward: known even where the tiny forward cannot run on a CPU
         if trainer_hf_indices and owner is not None and obs.configure_error is None and obs.use_aux_hidden_state:
             obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
+            if obs.ids_for_trainer_layers is None:
+                obs.ids_unreachable = (f"no ids make the hook of {obs.target_class} list hidden_states "
+                                       f"{list(trainer_hf_indices)} (tried each id, id-1)")
         input_ids = torch.tensor([i % vocab for i in INPUT_IDS])
         try:
             out = target_forward(model, target_mc.hf_config, torch.float32, input_ids)
@@ -289,6 +328,14 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         obs.tiny_hidden_size = hidden
         if own_weights and obs.layers_to_capture:
             obs.hf_indices = _hf_indices(target_dir, captured, hidden, input_ids)
+        if obs.ids_for_trainer_layers is not None:
+            def forward():
+                states = target_forward(model, target_mc.hf_config, torch.float32, input_ids).hidden_states
+                if own_weights:
+                    return _hf_indices(target_dir, states, hidden, input_ids), "position"
+                return int(states.shape[-1]) // hidden, "count"
+
+            _verify_ids(obs, model, owner, forward, trainer_hf_indices)
         _observe_draft(obs, tiny_draft, captured)
         return obs
     finally:

@@ -186,6 +186,26 @@ def _ids_for(target, owner, wanted: list[int]) -> list[int] | None:
     return None
 
 
+def _verify_ids(obs, configs, target, owner, input_ids, wanted: list[int]) -> None:
+    """The hook's list is what it records, not what the forward captures: run the forward with the ids found for the
+    trainer's layers and keep them only when it captures those positions; otherwise say what it captured."""
+    candidate, saved = obs.ids_for_trainer_layers, tuple(owner.aux_hidden_state_layers)
+    try:
+        target.set_aux_hidden_state_layers(tuple(candidate))
+        _, aux, stream = _target_forward(configs, target, input_ids)
+        positions = _positions(aux, stream)
+        if positions == list(wanted):
+            return
+        got = f"hidden_states {positions}"
+    except Exception as e:  # noqa: BLE001  (the forward under the runner's ids ran: say why this one did not)
+        got = f"nothing: its forward raised {type(e).__name__}: {str(e)[:200]}"
+    finally:
+        owner.aux_hidden_state_layers = saved
+    obs.ids_unreachable = (f"ids {candidate} make its hook list layers {sorted(set(wanted))}, but the forward with "
+                           f"them captures {got}: no ids make {obs.target_class} capture hidden_states {list(wanted)}")
+    obs.ids_for_trainer_layers = None
+
+
 def _write_tiny(tmp: Path, target: Checkpoint, target_dir: Path, draft_cfg: dict, own_weights: bool):
     if own_weights:
         tiny_target = target_dir
@@ -295,6 +315,9 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         # asked of the hook alone, before any forward: known even where the tiny forward cannot run on a CPU
         if trainer_hf_indices and owner is not None and obs.configure_error is None:
             obs.ids_for_trainer_layers = _ids_for(model, owner, trainer_hf_indices)
+            if obs.ids_for_trainer_layers is None:
+                obs.ids_unreachable = (f"no ids make the hook of {obs.target_class} list hidden_states "
+                                       f"{list(trainer_hf_indices)} (tried each id, id-1, id+1)")
         if missing:  # the capture the runner wired is known; what it hands over cannot be run
             obs.evidence, obs.evidence_reason = "static", missing
             return obs
@@ -314,6 +337,8 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         if aux:
             obs.hf_indices = _positions(aux, stream)
             obs.hf_indices_from = "matched against the target's own layer outputs in vLLM (hidden_states numbering)"
+        if obs.ids_for_trainer_layers is not None:
+            _verify_ids(obs, configs, model, owner, input_ids, trainer_hf_indices)
         _observe_draft(obs, configs, captured, input_ids, draft)
         return obs
     finally:
