@@ -45,3 +45,19 @@ def config_switches(dropped: list[str], num_hidden_layers: int) -> list[dict]:
     if deepest is not None and deepest >= num_hidden_layers:
         switches.append({"num_hidden_layers": deepest + 1})
     return switches
+
+
+def layers_held(reached_params: list[str]) -> int | None:
+    """How many decoder layers the checkpoint's tensors reached (1 + the deepest layer index), if any."""
+    deepest = max((layer_index(k) for k in reached_params if layer_index(k) is not None), default=None)
+    return None if deepest is None else deepest + 1
+
+
+def size_switch(unwritten: list[str], reached_params: list[str], num_hidden_layers: int) -> dict | None:
+    """The layer count worth asking the engine about when every never-written parameter lies in a layer the
+    checkpoint does not hold (a config whose ``num_hidden_layers`` was copied from the target)."""
+    held = layers_held(reached_params)
+    idx = [layer_index(k) for k in unwritten]
+    if held is None or not unwritten or any(i is None or i < held for i in idx) or held >= num_hidden_layers:
+        return None
+    return {"num_hidden_layers": held}

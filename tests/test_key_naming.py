@@ -118,3 +118,21 @@ def test_engine_refusal_is_one_root_cause_and_the_rest_skip(broken):
     naming, shapes = subject.run(["key-naming", "tensor-shapes"])
     assert naming.status == "fail" and "not a registered model" in naming.evidence["engine_error"]
     assert shapes.status == "skip" and "see key-naming" in shapes.summary
+
+
+def test_a_layer_count_copied_from_the_target_is_one_line(broken, run_contract):
+    """A one-layer draft whose config says 8 layers (the target's): the 49 never-written parameters of layers 1..7
+    are one setting, observed by loading the checkpoint again under it, not 49 tensors to save."""
+    result = run_contract(broken("specforge", config={"num_hidden_layers": 8}), "key-naming")
+    assert result.status == "fail"
+    assert "engine parameter(s) never written" in result.summary and "layers.{1..7}" in result.summary
+    assert result.fix.startswith("set `num_hidden_layers: 1` in config.json: the checkpoint holds 1 decoder layer(s) "
+                                 "and the config says 8 (as the target's config does)")
+    assert "save a tensor" not in result.fix
+
+
+def test_a_missing_layer_tensor_is_not_explained_by_a_size(broken, run_contract):
+    """One tensor of the draft's only layer missing: no layer count explains it, the fix names the tensor."""
+    result = run_contract(broken("specforge", remove=["midlayer.mlp.down_proj.weight"]), "key-naming")
+    assert result.status == "fail" and "num_hidden_layers" not in result.fix
+    assert "save a tensor for model.layers.0.mlp.down_proj.weight" in result.fix

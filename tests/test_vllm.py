@@ -75,6 +75,13 @@ def test_a_missing_tensor_leaves_its_parameter_unwritten(broken):
     assert result.evidence["unwritten_params"] == {"model.layers.0.post_attention_layernorm.weight": 1.0}
 
 
+def test_a_layer_count_copied_from_the_target_is_one_line_on_vllm(broken):
+    result = judge("key-naming", broken("specforge", config={"num_hidden_layers": 8}))
+    assert result.status == "fail" and "layers.{1..7}" in result.summary
+    assert result.fix.startswith("set `num_hidden_layers: 1` in config.json") and "save a tensor" not in result.fix
+    assert "vLLM 0.32.0 then builds 1 and every tensor and parameter is loaded (observed)" in result.fix
+
+
 def test_a_stray_layer_makes_vllm_raise_and_is_a_verdict_naming_the_key(broken, capsys):
     path = broken("specforge", add={"layers.1.mlp.up_proj.weight": torch.randn(128, H)})
     result = judge("key-naming", path)

@@ -44,6 +44,21 @@ def _fix_for_dropped(key: str, probes, present: set[str], num_layers) -> str:
     return text[3:] if text.startswith("or ") else text
 
 
+def _copied_from_target(subject, key: str) -> str:
+    """Says so when the draft's value is the target's (a config copied from the target)."""
+    import json
+
+    if subject.target_path is None or not (subject.target_path / "config.json").is_file():
+        return ""
+    from contracts.checkpoint import text_config
+
+    try:
+        target = text_config(json.loads((subject.target_path / "config.json").read_text()))
+    except ValueError:
+        return ""
+    return " (as the target's config does)" if target.get(key) == subject.load.config.get(key) else ""
+
+
 def _checkpoint_name(param: str) -> str:
     return param.removeprefix("model.")
 
@@ -97,6 +112,13 @@ def check_key_naming(subject) -> Result:
         names = [p.name for p in unwritten]
         problems.append(f"{len(names)} engine parameter(s) never written (they would serve random values): "
                         f"{collapse_layers(names)}")
+    if unwritten and obs.size_fix:  # one setting explains them all: that is the fix, not a tensor list
+        (key, value), = obs.size_fix.items()
+        engine = engine_label(obs.engine)
+        fixes.append(f"set `{key}: {value}` in config.json: the checkpoint holds {value} decoder layer(s) and the "
+                     f"config says {obs.config.get(key)}{_copied_from_target(subject, key)}; {engine} then builds "
+                     f"{value} and every tensor and parameter is loaded (observed)")
+    elif unwritten:
         for p in unwritten:
             shards = sorted({c.shard for t in obs.tensors for c in t.calls if c.param == p.name and c.shard})
             if shards:
