@@ -60,6 +60,7 @@ class ParamState:
     dtype: str
     unwritten_fraction: float  # 1.0 = never written (still the NaN sentinel), 0.0 = fully written
     shared_from_target: str | None = None  # the engine's wiring that replaces it (e.g. "set_embed")
+    read: bool | None = None  # a decoder-layer parameter: does the engine's forward read it (None: not observed)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class LoadObservation(Observation):
     # a config size under which the engine builds exactly the layers the checkpoint holds and writes every parameter
     # (observed by loading it again): the one setting that explains a list of never-written layer parameters
     size_fix: dict | None = None
+    reads_not_observed: str | None = None  # why no forward could say which layer parameters the engine reads
 
     @classmethod
     def from_dict(cls, d: dict) -> "LoadObservation":

@@ -89,3 +89,26 @@ def judge_contract(contract_id: str, checkpoint, target=TARGET, **subject_fields
 def run_contract():
     """``run_contract(checkpoint, contract_id, target=TARGET)``: see ``judge_contract``."""
     return lambda checkpoint, contract_id, target=TARGET: judge_contract(contract_id, checkpoint, target)
+
+
+def second_layer(src: Path) -> dict:
+    """Layer 1 of a two-layer draft as a standard decoder layer (no hidden_norm; q/k/v take the hidden size, not
+    twice it): what a trainer's layers above 0 hold. Shapes follow the draft's layer 0; seeded values."""
+    import torch
+    from safetensors import safe_open
+
+    gen = torch.Generator().manual_seed(1)
+    with safe_open(str(src / "model.safetensors"), "pt") as f:
+        first = {k: f.get_slice(k) for k in f.keys()}
+        layer0 = {k.split(".", 1)[1]: (v.get_shape(), v.get_dtype()) for k, v in first.items()
+                  if k.startswith(("midlayer.", "layers.0."))}
+    hidden = layer0["input_layernorm.weight"][0][0]
+    out = {}
+    for name, (shape, _) in layer0.items():
+        if name == "hidden_norm.weight":
+            continue
+        if name.startswith("self_attn.") and name[10] in "qkv":
+            shape = [shape[0], hidden]
+        tensor = torch.ones(shape) if name.endswith("norm.weight") else torch.randn(shape, generator=gen) * 0.02
+        out[f"layers.1.{name}"] = tensor.to(torch.bfloat16)
+    return out

@@ -136,3 +136,16 @@ def test_a_missing_layer_tensor_is_not_explained_by_a_size(broken, run_contract)
     result = run_contract(broken("specforge", remove=["midlayer.mlp.down_proj.weight"]), "key-naming")
     assert result.status == "fail" and "num_hidden_layers" not in result.fix
     assert "save a tensor for model.layers.0.mlp.down_proj.weight" in result.fix
+
+
+def test_a_second_layer_is_read_through_hidden_norm_by_sglang(broken, run_contract):
+    """A two-layer draft whose layer 1 is a standard decoder layer: SGLang's layers above 0 read hidden_norm and never
+    input_layernorm, both observed from its forward; the unwritten hidden_norm is a failure that names the swap."""
+    from tests.conftest import DRAFTS, second_layer
+
+    path = broken("specforge", add=second_layer(DRAFTS["specforge"]), config={"num_hidden_layers": 2})
+    result = run_contract(path, "key-naming")
+    assert result.status == "fail"
+    assert "never written (they would serve random values): `model.layers.1.hidden_norm.weight`" in result.summary
+    assert "`model.layers.1.input_layernorm.weight`" in result.evidence["loaded_but_never_read"]
+    assert "layer 1 of the engine's draft reads `model.layers.1.hidden_norm.weight`" in result.fix

@@ -82,6 +82,18 @@ def test_a_layer_count_copied_from_the_target_is_one_line_on_vllm(broken):
     assert "vLLM 0.32.0 then builds 1 and every tensor and parameter is loaded (observed)" in result.fix
 
 
+def test_a_second_layer_reads_input_layernorm_on_vllm_and_its_hidden_norm_is_never_read(broken):
+    """vLLM builds hidden_norm in every layer and its layers above 0 read input_layernorm only: the hidden_norm a
+    trainer never writes for layer 1 is harmless (observed: its module never runs), not a failure."""
+    from conftest import second_layer
+
+    path = broken("specforge-hd32", add=second_layer(HD32["specforge"]), config={"num_hidden_layers": 2})
+    result = judge("key-naming", path, target=HD32_TARGET)
+    assert result.status == "pass", result
+    assert "`model.layers.1.hidden_norm.weight`" in result.evidence["never_written_never_read"]
+    assert "loaded_but_never_read" not in result.evidence
+
+
 def test_a_stray_layer_makes_vllm_raise_and_is_a_verdict_naming_the_key(broken, capsys):
     path = broken("specforge", add={"layers.1.mlp.up_proj.weight": torch.randn(128, H)})
     result = judge("key-naming", path)

@@ -44,6 +44,25 @@ def _fix_for_dropped(key: str, probes, present: set[str], num_layers) -> str:
     return text[3:] if text.startswith("or ") else text
 
 
+def _read_instead(unwritten, loaded_unread: list[str]) -> str | None:
+    """Where a layer's forward reads a parameter the checkpoint never wrote and never reads one it did write (a
+    layer above 0 whose norm the engine and the trainer name differently), says which of each, per layer."""
+    from contracts.renames import layer_index
+
+    by_layer = {}
+    for p in unwritten:
+        if p.read:
+            by_layer.setdefault(layer_index(p.name), [[], []])[0].append(p.name)
+    for name in loaded_unread:
+        if layer_index(name) in by_layer:
+            by_layer[layer_index(name)][1].append(name)
+    parts = [f"layer {i} of the engine's draft reads {collapse_layers(read)}, which the checkpoint does not write, "
+             f"and never reads {collapse_layers(unread)}, which it does" for i, (read, unread) in sorted(by_layer.items())
+             if read and unread]
+    return "; ".join(parts) + (": the trainer's layer and the engine's apply different parts there; rename only if "
+                               "they compute the same function") if parts else None
+
+
 def _copied_from_target(subject, key: str) -> str:
     """Says so when the draft's value is the target's (a config copied from the target)."""
     import json
@@ -72,11 +91,14 @@ def check_key_naming(subject) -> Result:
     ignored = [t.key for t in obs.tensors if t.dropped and t.key in IGNORED_BY_DESIGN]
     side = {t.key: t.side_channel for t in obs.tensors if t.side_channel}
     failed_writers = {c.param for t in obs.tensors for c in t.calls if c.error}
-    unwritten, shared, shape_blocked = [], {}, []
+    unwritten, shared, shape_blocked, never_read = [], {}, [], []
+    loaded_unread = [p.name for p in obs.params if p.read is False and p.unwritten_fraction == 0.0]
     for p in obs.params:
         if p.unwritten_fraction == 0.0:
             continue
-        if p.shared_from_target:
+        if p.read is False:  # the engine builds it and its forward never reads it: harmless unwritten
+            never_read.append(p.name)
+        elif p.shared_from_target:
             shared[p.name] = p.shared_from_target
         elif p.name in failed_writers:
             shape_blocked.append(p.name)
@@ -97,6 +119,14 @@ def check_key_naming(subject) -> Result:
     }
     if shape_blocked:
         evidence["not_written_because_of_shape_errors"] = shape_blocked
+    if never_read:
+        evidence["never_written_never_read"] = collapse_layers(never_read) + (
+            f" (built by {obs.draft_class}, never read by its forward: harmless)")
+    if loaded_unread:
+        evidence["loaded_but_never_read"] = collapse_layers(loaded_unread) + (
+            f" (the checkpoint writes them, {obs.draft_class}'s forward never reads them: the trained values are unused)")
+    if obs.reads_not_observed:
+        evidence["layer_reads_not_observed"] = obs.reads_not_observed
     if obs.load_error:
         evidence["load_error"] = obs.load_error
 
@@ -119,6 +149,9 @@ def check_key_naming(subject) -> Result:
                      f"config says {obs.config.get(key)}{_copied_from_target(subject, key)}; {engine} then builds "
                      f"{value} and every tensor and parameter is loaded (observed)")
     elif unwritten:
+        swapped = _read_instead(unwritten, loaded_unread)
+        if swapped:
+            fixes.append(swapped)
         for p in unwritten:
             shards = sorted({c.shard for t in obs.tensors for c in t.calls if c.param == p.name and c.shard})
             if shards:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
 from contracts.engines.errors import EngineBuildError
+from contracts.engines.layer_reads import mark_reads
 from contracts.engines.sglang.compat import accepts, meta_build_isolated
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.tracing import CopyCounter, choose_device, fill_sentinel, iter_for_device, unwritten_fraction
@@ -244,12 +245,26 @@ def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = N
         is_eagle3_draft=is_eagle3_draft_class(type(model)),
     )
     observation.device = next(p.device.type for p in model.parameters())
+    if observation.device == "cpu" and load_error is None and int(getattr(mc.hf_config, "num_hidden_layers", 1)) > 1:
+        observation.reads_not_observed = mark_reads(params, model, lambda: _one_forward(model, mc))
     dropped = [f.key for f in fates.values() if f.dropped]
     if probe_fixes and dropped:
         observation.probes = _probe_fixes(mc, ckpt, dropped, observation.device)
     if probe_fixes and load_error is None and not [k for k in dropped if "t2d" not in k]:
         observation.size_fix = _probe_size(mc, ckpt, observation)
     return observation
+
+
+def _one_forward(model, mc) -> None:
+    """One extend of the loaded draft on zero target hidden states (which modules run, not what they compute)."""
+    import torch
+
+    from contracts.engines.sglang.cpu_forward import extend_forward
+
+    ids = torch.tensor([1, 5, 9, 22]) % int(mc.hf_config.vocab_size)
+    fc = getattr(model.model, "fc", None)
+    width = int(fc.in_features) if fc is not None else int(mc.hf_config.hidden_size)
+    extend_forward(model, mc.hf_config, mc.dtype, ids, spec_hidden_states=torch.zeros(len(ids), width, dtype=mc.dtype))
 
 
 def _probe_size(mc, ckpt: Checkpoint, observation: LoadObservation) -> dict | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
 from contracts.engines.errors import EngineBuildError
+from contracts.engines.layer_reads import mark_reads
 from contracts.engines.tracing import (READ_WHOLE_ELEMENTS, CopyCounter, choose_device, fill_sentinel,
                                        iter_for_device, unwritten_fraction)
 from contracts.engines.vllm.context import building, current, draft_configs, engine_version, on_device
@@ -314,6 +315,8 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
         is_eagle3_draft=is_eagle3_draft_class(type(model)),
     )
     observation.device = "meta" if any(p.is_meta for p in model.parameters()) else "cpu"
+    if observation.device == "cpu" and load_error is None and int(getattr(hf, "num_hidden_layers", 1)) > 1:
+        observation.reads_not_observed = mark_reads(observation.params, model, lambda: _one_forward(model, configs))
     for fate in observation.tensors:
         if fate.key.split(".")[-1] == "d2t" and any(c.param == MAP_PARAM for c in fate.calls):
             fate.side_channel = MAP_PARAM  # vLLM's d2t: draft_id_to_target_id, applied as arange + d2t
@@ -323,6 +326,25 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
     if probe_fixes and load_error is None and not [k for k in dropped if "t2d" not in k]:
         observation.size_fix = _probe_size(configs, ckpt, observation, judged)
     return observation
+
+
+def _one_forward(model, configs) -> None:
+    """The proposer's step on the loaded draft over zero target hidden states: ``combine_hidden_states`` and one
+    prefill (which modules run, not what they compute)."""
+    import torch
+
+    from contracts.engines.vllm.cpu_forward import finish_loading, kernels_missing, one_request
+
+    missing = kernels_missing()
+    if missing:
+        raise RuntimeError(missing)
+    finish_loading(model, configs.draft)
+    ids = torch.tensor([1, 5, 9, 22]) % int(configs.draft.get_vocab_size())
+    fc = getattr(model.model, "fc", None)
+    width = int(fc.input_size) if fc is not None else int(configs.draft.get_hidden_size())
+    with one_request(configs.vc, len(ids)):
+        combined = model.combine_hidden_states(torch.zeros(len(ids), width, dtype=configs.draft.dtype))
+        model(ids, torch.arange(len(ids)), combined)
 
 
 def _probe_size(configs, ckpt: Checkpoint, observation: LoadObservation, runner: str) -> dict | None:
