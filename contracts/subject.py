@@ -198,6 +198,20 @@ class Subject:
             return self.conversion_record["trainer"]
         return self.trainer_format if self.trainer_format in TRAINERS else None
 
+    @property
+    def trainer_basis(self) -> tuple[str, bool]:
+        """Why ``trainer_name`` is what it is, and whether that is a guess from the checkpoint's form (a flat config
+        does not name its trainer: ``midlayer.*`` tensors are SpecForge's SGLang export, and a Model Optimizer
+        export carries its own switches in ``eagle_config``, but another writer can produce either)."""
+        if self.trainer:
+            return "given by --trainer", False
+        if (self.conversion_record or {}).get("trainer"):
+            return "recorded in the copy's config by convert", False
+        return {"speculators": ("speculators' own config format (speculators_config / transformer_layer_config)", False),
+                "specforge": ("guessed from the tensor names midlayer.*, which SpecForge's SGLang export writes", True),
+                "modelopt": ("guessed from Model Optimizer's own switches in eagle_config", True),
+                }.get(self.trainer_format, ("no trainer named, recorded or evident from the checkpoint", True))
+
     @cached_property
     def trainer_layers(self) -> dict | None:
         """The aux layers the trainer trained on: its ids, where they came from, and as transformers

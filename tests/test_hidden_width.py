@@ -147,3 +147,30 @@ def test_a_scaled_copy_too_large_to_materialise_is_judged_statically(tmp_path):
     assert result.evidence["evidence"] == "static"
     assert "parameter and buffer elements" in result.evidence["evidence_reason"]
     assert "not built on CPU" in result.evidence["evidence_reason"]
+
+
+def test_a_guessed_trainer_is_named_with_what_the_other_conventions_give(broken):
+    """A flat config with ids under eagle_config names no trainer; midlayer.* tensors make SpecForge the guess. The
+    report says so, and what speculators' convention (id k = hidden_states[k]) would make of the same capture."""
+    path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}})
+    result = judge(path)
+    assert result.status == "pass", result
+    assert "convention assumed: specforge (guessed from the tensor names midlayer.*" in result.summary
+    assert "speculators' would fail it (hidden_states [1, 3, 4]), modelopt's would pass it" in result.summary
+    assert result.evidence["convention"]["each"]["speculators"] == {"hf_hidden_states": [1, 3, 4], "aligned": False}
+    named = judge(path, trainer="specforge")
+    assert named.status == "pass" and "convention" not in named.summary and "convention" not in named.evidence
+
+
+def test_an_unknown_trainer_gets_each_conventions_verdict(broken):
+    """layers.0.* tensors in a flat config with no trainer's marks: alignment is not judged, and the summary says
+    which conventions the captured layers would fail."""
+    path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}})
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path / "model.safetensors")
+    save_file({k.replace("midlayer.", "layers.0."): v for k, v in tensors.items()}, path / "model.safetensors")
+    result = judge(path)
+    assert result.status == "pass", result
+    assert "trainer unknown (no trainer named, recorded or evident from the checkpoint)" in result.summary
+    assert "speculators' would fail it" in result.summary and "specforge's would pass it" in result.summary

@@ -132,10 +132,40 @@ def check_hidden_width(subject) -> Result:
         ev["trainer"] = ("unknown (a flat config names no trainer): layer alignment not judged; pass --trainer "
                          "speculators|specforge|modelopt to judge it")
 
+    others = _other_conventions(subject, aux, engine_layers, ev)
     if problems:
-        return Result("hidden-width", FAIL, "; ".join(problems), ev, "; ".join(fixes) or None)
+        return Result("hidden-width", FAIL, "; ".join(problems) + others, ev, "; ".join(fixes) or None)
     if aux.evidence == "static":
         return Result("hidden-width", PASS, f"{aux.target_class} implements the aux-capture hook ({aux.hook}); static "
                       f"evidence only: {aux.evidence_reason}", ev)
     return Result("hidden-width", PASS, f"{aux.target_class} hands over {_states(aux.hidden_width, aux.tiny_hidden_size)}"
-                  f" (hidden_states {list(engine_layers or [])}), fc ran", ev)
+                  f" (hidden_states {list(engine_layers or [])}), fc ran" + others, ev)
+
+
+def _possessive(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def _other_conventions(subject, aux, engine_layers, ev) -> str:
+    """Where the trainer is a guess (a flat config names none), what each trainer's convention would make of the
+    layers the engine captures; said in the summary when they disagree. Nothing where the trainer is known."""
+    from contracts.conventions import TRAINERS, hf_indices, trainer_layer_ids
+
+    why, guessed = subject.trainer_basis
+    n = aux.num_target_layers
+    if not guessed or engine_layers is None or not n or aux.configure_error or not aux.use_aux_hidden_state:
+        return ""
+    verdicts = {}
+    for name in TRAINERS:
+        ids, _ = trainer_layer_ids(name, subject.checkpoint.config, int(n))
+        wanted = subject.trainer_layers["hf_hidden_states"] if name == subject.trainer_name else hf_indices(name, ids)
+        verdicts[name] = {"hf_hidden_states": wanted, "aligned": list(engine_layers) == wanted}
+    assumed = subject.trainer_name
+    ev["convention"] = {"assumed": assumed or "none (layer alignment not judged)", "why": why, "each": verdicts}
+    if len({v["aligned"] for v in verdicts.values()}) < 2:  # every convention gives the same verdict
+        return ""
+    said = ", ".join(f"{_possessive(name)} would {'pass' if v['aligned'] else 'fail'} it (hidden_states "
+                     f"{v['hf_hidden_states']})"
+                     for name, v in verdicts.items() if name != assumed)
+    head = f"convention assumed: {assumed} ({why})" if assumed else f"trainer unknown ({why})"
+    return f" [{head}; {said}: pass --trainer to settle it]"
