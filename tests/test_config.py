@@ -20,9 +20,14 @@ def test_train_defaults_fail_naming_norm_before_residual():
     assert result.status == "fail"
     assert "norm_before_residual: true is ignored by SGLang 0.5.23" in result.summary
     switches = result.evidence["switches"]
-    assert switches["norm_before_residual"] == {"value": True, "honoured": False, "max_abs_change_when_flipped": 0.0}
-    # the switches SGLang does implement change its output when flipped
-    assert switches["norm_before_fc"]["honoured"] and switches["norm_output"]["honoured"]
+    assert switches["norm_before_residual"] == {"value": True, "honoured": False, "max_abs_change_when_flipped": 0.0,
+                                                "first_acts_at_step": None, "step_0_change": 0.0,
+                                                "fed_back_state_change": 0.0}
+    # the switches SGLang does implement change its output when flipped: norm_before_fc the step-0 logits,
+    # norm_output only the state its draft forward hands the next draft step
+    assert switches["norm_before_fc"]["honoured"] and switches["norm_before_fc"]["first_acts_at_step"] == 0
+    assert switches["norm_output"]["honoured"] and switches["norm_output"]["first_acts_at_step"] == 1
+    assert switches["norm_output"]["step_0_change"] == 0.0 and switches["norm_output"]["fed_back_state_change"] > 0
     assert "retrain with norm_before_residual: false" in result.fix
 
 
@@ -113,3 +118,12 @@ def test_rope_scaling_lost_by_a_converter_fails(broken, monkeypatch):
     assert "the engine applies another rope than the trainer trained with" in result.summary
     assert result.evidence["rope"]["trained_class"] == "Llama3RotaryEmbedding"
     assert result.evidence["rope"]["applied"]["class"] == "RotaryEmbedding"
+
+
+def test_a_switch_that_acts_from_step_1_is_named_in_the_verdict(broken):
+    """norm_output changes only the state SGLang feeds the next draft step: honoured, and said to act from step 1,
+    where the step-0 forward comparison cannot see it."""
+    result = judge(broken("specforge", config={"norm_output": True}))
+    assert result.status in ("pass", "warn"), result
+    assert result.evidence["switches"]["norm_output"]["first_acts_at_step"] == 1
+    assert "norm_output acts from draft step 1 on" in result.summary

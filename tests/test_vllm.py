@@ -308,6 +308,9 @@ def test_vllm_honours_norm_before_residual():
     assert result.status == "pass", result
     switches = result.evidence["switches"]
     assert all(switches[k]["honoured"] for k in ("norm_before_residual", "norm_before_fc", "norm_output"))
+    # norm_output changes only the state the proposer feeds the next draft step (post-norm instead of pre-norm)
+    assert switches["norm_output"]["first_acts_at_step"] == 1 and switches["norm_output"]["step_0_change"] == 0.0
+    assert switches["norm_before_residual"]["first_acts_at_step"] == 0
 
 
 def test_a_switch_vllm_lacks_is_a_failure(broken):

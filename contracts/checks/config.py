@@ -141,12 +141,23 @@ def check_config(subject) -> Result:
         return Result("config", FAIL, "; ".join(problems + warnings + ([unprobed] if unprobed else [])), ev,
                       "; ".join(dict.fromkeys(fixes + warn_fixes)))
     if warnings:
-        return Result("config", WARN, "; ".join(warnings + ([unprobed] if unprobed else [])), ev, "; ".join(warn_fixes))
+        return Result("config", WARN, "; ".join(warnings + ([unprobed] if unprobed else [])) + _from_step_1(obs), ev,
+                      "; ".join(warn_fixes))
     if unprobed:
         return Result("config", SKIP, f"dispatches to {obs.draft_class}, sizes agree with the target; {unprobed}", ev)
     honoured = [k for k, s in obs.switches.items() if s["honoured"]]
     return Result("config", PASS, f"dispatches to {obs.draft_class}; switches honoured: {honoured or 'none set'}; "
-                  f"sizes agree with the target", ev)
+                  f"sizes agree with the target" + _from_step_1(obs), ev)
+
+
+def _from_step_1(obs) -> str:
+    """Names the switches set on (the EAGLE-3.1 variants; every one defaults to off) whose effect the engine begins
+    at draft step 1 (the state fed to the next step)."""
+    later = [k for k, s in obs.switches.items() if s["honoured"] and s["value"] is True and
+             s.get("first_acts_at_step") == 1]
+    return (f"; {', '.join(later)} act{'s' if len(later) == 1 else ''} from draft step 1 on (the state fed to the next "
+            f"step; the step-0 logits are unchanged, so forward-parity at step 0 cannot see whether the trainer "
+            f"computed the same)") if later else ""
 
 
 def _as_saved(subject, label, ev: dict) -> list[tuple[str, str]]:

@@ -21,6 +21,7 @@ from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward
 from contracts.engines.scaling import scale_draft
+from contracts.engines.switch_effect import switch_effect
 from contracts.engines.errors import EngineBuildError
 from contracts.engines.sglang.loader import _LoadTracer, build_model, is_eagle3_draft_class, model_config
 from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements
@@ -63,7 +64,7 @@ def _fill_unwritten(model, seed: int) -> None:
 
 def _outputs(mc, ckpt: Checkpoint | None, overrides: dict, inputs):
     """The engine's draft forward with the checkpoint's weights (seeded ones where it has none, or for a
-    scaled-down draft) under ``overrides``: (logits, hidden states)."""
+    scaled-down draft) under ``overrides``: ((logits,), the hidden state captured for the next draft step)."""
     import torch
 
     run_mc = _with_overrides(mc, overrides) if overrides else mc
@@ -79,7 +80,7 @@ def _outputs(mc, ckpt: Checkpoint | None, overrides: dict, inputs):
     _fill_unwritten(model, SEED)
     ids, hidden = inputs
     out = extend_forward(model, run_mc.hf_config, run_mc.dtype, ids, spec_hidden_states=hidden.to(run_mc.dtype))
-    return out.next_token_logits.float(), out.hidden_states.float()
+    return (out.next_token_logits.float(),), out.hidden_states.float()
 
 
 def _rotary(model):
@@ -170,15 +171,14 @@ def _probe_switches(obs, mc, ckpt, candidate_switches: dict[str, bool], trainer_
     vocab = int(mc.hf_config.vocab_size)
     ids = torch.randint(0, vocab, (TOKENS,), generator=gen)
     hidden = torch.randn(TOKENS, fc_in, generator=gen)
-    base_logits, base_hidden = _outputs(mc, ckpt, {}, (ids, hidden))
+    base = _outputs(mc, ckpt, {}, (ids, hidden))
     for key, value in candidate_switches.items():
         try:
-            logits, out_hidden = _outputs(mc, ckpt, {key: not value}, (ids, hidden))
+            flipped = _outputs(mc, ckpt, {key: not value}, (ids, hidden))
         except Exception as e:
             obs.switches[key] = {"value": value, "honoured": True, "evidence": f"flipping it changes the build: "
                                  f"{type(e).__name__}: {str(e)[:120]}"}
             continue
-        diff = max(float((logits - base_logits).abs().max()), float((out_hidden - base_hidden).abs().max()))
-        obs.switches[key] = {"value": value, "honoured": diff > 0.0, "max_abs_change_when_flipped": diff}
+        obs.switches[key] = switch_effect(value, base, flipped)
     model = build_model(mc)
     obs.rope = compare_rope(model, trainer_config)

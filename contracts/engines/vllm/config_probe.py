@@ -23,6 +23,7 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.errors import EngineBuildError
 from contracts.engines.scaling import scale_draft
+from contracts.engines.switch_effect import switch_effect
 from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements
 from contracts.engines.vllm.aux_capture import CPU_HEAD_DIM
 from contracts.engines.vllm.context import current, draft_configs, engine_version
@@ -52,8 +53,8 @@ def _fill_unwritten(model, seed: int) -> None:
 
 def _outputs(configs, ckpt: Checkpoint | None, overrides: dict, inputs):
     """vLLM's draft step with the checkpoint's weights (seeded ones where it has none) under ``overrides``:
-    (logits over the target vocab, both hidden states the draft returns: the normed one its head reads and the
-    one the proposer feeds back into the next draft step, which ``norm_output`` changes)."""
+    ((logits over the target vocab, the normed hidden state its head reads), the hidden state the proposer feeds
+    back into the next draft step, which ``norm_output`` changes)."""
     import torch
 
     model = build_draft(configs, overrides=overrides)
@@ -72,7 +73,7 @@ def _outputs(configs, ckpt: Checkpoint | None, overrides: dict, inputs):
         out, fed_back = model(ids, torch.arange(ids.shape[0]), combined)
         logits = model.compute_logits(out)
     finite = torch.where(torch.isfinite(logits), logits, torch.zeros_like(logits))  # -inf outside the draft vocab
-    return finite.float(), torch.cat([out.float(), fed_back.float()], dim=-1)
+    return (finite.float(), out.float()), fed_back.float()
 
 
 def _rotary(model):
@@ -170,15 +171,14 @@ def _probe_switches(obs, configs, ckpt, candidate_switches: dict[str, bool], tra
     vocab = int(configs.draft.hf_config.vocab_size)
     ids = torch.randint(0, vocab, (TOKENS,), generator=gen)
     hidden = torch.randn(TOKENS, fc_in, generator=gen)
-    base_logits, base_hidden = _outputs(configs, ckpt, {}, (ids, hidden))
+    base = _outputs(configs, ckpt, {}, (ids, hidden))
     for key, value in candidate_switches.items():
         try:
-            logits, out_hidden = _outputs(configs, ckpt, {key: not value}, (ids, hidden))
+            flipped = _outputs(configs, ckpt, {key: not value}, (ids, hidden))
         except Exception as e:  # noqa: BLE001  (a flip that changes what the engine builds is honoured)
             obs.switches[key] = {"value": value, "honoured": True, "evidence": f"flipping it changes the build: "
                                  f"{type(e).__name__}: {str(e)[:120]}"}
             continue
-        diff = max(float((logits - base_logits).abs().max()), float((out_hidden - base_hidden).abs().max()))
-        obs.switches[key] = {"value": value, "honoured": diff > 0.0, "max_abs_change_when_flipped": diff}
+        obs.switches[key] = switch_effect(value, base, flipped)
     with current(configs.vc):  # vLLM's rotary classes are custom ops: they read the current config when built
         obs.rope = compare_rope(build_draft(configs), trainer_config)
