@@ -196,6 +196,17 @@ def test_an_id_at_the_layer_count_is_the_last_layers_output(broken, engine):
     assert result.evidence["hidden_width"] == 3 * H and result.evidence["fc_ran"] is True
 
 
+def test_a_guessed_trainer_is_named_with_what_the_other_conventions_give_on_vllm(broken):
+    """midlayer.* tensors make SpecForge the guess for a flat config; on V2 the nested ids are not read and the
+    default layers [2, 4, 5] are captured: SpecForge's convention passes them, speculators' (ids as hidden_states)
+    would fail them, and the summary says both."""
+    path = broken("specforge", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}})
+    result = judge("hidden-width", path)
+    assert result.status == "pass", result
+    assert "convention assumed: specforge (guessed from the tensor names midlayer.*" in result.summary
+    assert "speculators' would fail it (hidden_states [1, 3, 4])" in result.summary
+
+
 def test_a_target_class_without_supports_eagle3_refuses(tmp_path):
     result = judge("hidden-width", DRAFTS["specforge"], target=FIXTURES / "targets" / "mixtral-tiny-config")
     assert result.status == "fail"
