@@ -331,9 +331,10 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         if obs.ids_for_trainer_layers is not None:
             def forward():
                 states = target_forward(model, target_mc.hf_config, torch.float32, input_ids).hidden_states
-                if own_weights:
-                    return _hf_indices(target_dir, states, hidden, input_ids), "position"
-                return int(states.shape[-1]) // hidden, "count"
+                positions = _hf_indices(target_dir, states, hidden, input_ids) if own_weights else None
+                if positions is not None:
+                    return positions, "position"
+                return int(states.shape[-1]) // hidden, "count"  # (transformers could not place them: by count)
 
             _verify_ids(obs, model, owner, forward, trainer_hf_indices)
         _observe_draft(obs, tiny_draft, captured)
