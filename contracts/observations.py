@@ -87,9 +87,9 @@ class LoadObservation(Observation):
     hot_token_id: list | None = None  # the engine's draft->target map, exactly as it computed it
     hot_token_id_dtype: str | None = None
     is_eagle3_draft: bool | None = None  # draft_class is an EAGLE-3 draft class (not e.g. the target's LlamaForCausalLM)
-    # a config size under which the engine builds exactly the layers the checkpoint holds and writes every parameter
-    # (observed by loading it again): the one setting that explains a list of never-written layer parameters
-    size_fix: dict | None = None
+    # a setting under which the engine builds exactly what the checkpoint holds and writes every parameter (observed by
+    # loading it again): the one setting that explains a list of never-written parameters
+    config_fix: dict | None = None
     reads_not_observed: str | None = None  # why no forward could say which layer parameters the engine reads
 
     @classmethod

@@ -53,11 +53,21 @@ def layers_held(reached_params: list[str]) -> int | None:
     return None if deepest is None else deepest + 1
 
 
-def size_switch(unwritten: list[str], reached_params: list[str], num_hidden_layers: int) -> dict | None:
-    """The layer count worth asking the engine about when every never-written parameter lies in a layer the
-    checkpoint does not hold (a config whose ``num_hidden_layers`` was copied from the target)."""
+def explaining_switches(unwritten: list[str], reached_params: list[str], config: dict) -> list[dict]:
+    """Settings worth asking the engine about when parameters stay unwritten: the layer count the tensors hold when
+    every unwritten parameter lies in a layer the checkpoint does not hold (a config whose ``num_hidden_layers`` was
+    copied from the target), and each switch the config turns on that makes a draft build extra parameters. The
+    engine decides: a setting is a fix only when, rebuilt under it, the checkpoint loads whole."""
+    if not unwritten:
+        return []
+    out = []
     held = layers_held(reached_params)
     idx = [layer_index(k) for k in unwritten]
-    if held is None or not unwritten or any(i is None or i < held for i in idx) or held >= num_hidden_layers:
-        return None
-    return {"num_hidden_layers": held}
+    if held is not None and all(i is not None and i >= held for i in idx) and held < int(
+            config.get("num_hidden_layers") or 1):
+        out.append({"num_hidden_layers": held})
+    for switch in CONFIG_SWITCHES:
+        (key, on), = switch.items()
+        if config.get(key) is on:
+            out.append({key: not on})
+    return out

@@ -149,3 +149,12 @@ def test_a_second_layer_is_read_through_hidden_norm_by_sglang(broken, run_contra
     assert "never written (they would serve random values): `model.layers.1.hidden_norm.weight`" in result.summary
     assert "`model.layers.1.input_layernorm.weight`" in result.evidence["loaded_but_never_read"]
     assert "layer 1 of the engine's draft reads `model.layers.1.hidden_norm.weight`" in result.fix
+
+
+def test_missing_tensors_a_switch_adds_collapse_to_the_switch(broken, run_contract):
+    """fc_norm: true with no fc_norm.* tensors saved: the parameters it adds are one setting, observed by building
+    the draft with it off and loading the checkpoint whole, with both readings of the trainer's intent."""
+    result = run_contract(broken("specforge", config={"fc_norm": True}), "key-naming")
+    assert result.status == "fail" and "fc_norm" in result.summary
+    assert result.fix.startswith("`fc_norm: true` makes SGLang 0.5.23 build")
+    assert "if the trainer did not use fc_norm, set `fc_norm: false`" in result.fix and "save a tensor" not in result.fix

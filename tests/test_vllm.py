@@ -82,6 +82,13 @@ def test_a_layer_count_copied_from_the_target_is_one_line_on_vllm(broken):
     assert "vLLM 0.32.0 then builds 1 and every tensor and parameter is loaded (observed)" in result.fix
 
 
+def test_missing_tensors_a_switch_adds_collapse_to_the_switch_on_vllm(broken):
+    result = judge("key-naming", broken("specforge", config={"fc_norm": True}))
+    assert result.status == "fail"
+    assert result.fix.startswith("`fc_norm: true` makes vLLM 0.32.0 build `model.fc_norm.{0..2}.weight`")
+    assert "set `fc_norm: false`" in result.fix and "save a tensor" not in result.fix
+
+
 def test_a_second_layer_reads_input_layernorm_on_vllm_and_its_hidden_norm_is_never_read(broken):
     """vLLM builds hidden_norm in every layer and its layers above 0 read input_layernorm only: the hidden_norm a
     trainer never writes for layer 1 is harmless (observed: its module never runs), not a failure."""

@@ -13,6 +13,8 @@ raises on a stray ``layers.1.*`` after a partial load) is a failure naming the k
 
 from __future__ import annotations
 
+import json
+
 from contracts.checks.evidence import collapse_layers, engine_label
 from contracts.registry import FAIL, PASS, Result, contract
 
@@ -44,6 +46,20 @@ def _fix_for_dropped(key: str, probes, present: set[str], num_layers) -> str:
     return text[3:] if text.startswith("or ") else text
 
 
+def _setting_fix(subject, obs, unwritten) -> str:
+    """The one config line that explains every never-written parameter (observed by the engine: rebuilt under it,
+    the checkpoint loads whole)."""
+    (key, value), = obs.config_fix.items()
+    engine = engine_label(obs.engine)
+    if key == "num_hidden_layers":
+        return (f"set `{key}: {value}` in config.json: the checkpoint holds {value} decoder layer(s) and the config "
+                f"says {obs.config.get(key)}{_copied_from_target(subject, key)}; {engine} then builds {value} and "
+                f"every tensor and parameter is loaded (observed)")
+    return (f"`{key}: {json.dumps(not value)}` makes {engine} build {collapse_layers([p.name for p in unwritten])}, "
+            f"which the checkpoint has no tensors for: if the trainer did not use {key}, set `{key}: "
+            f"{json.dumps(value)}` (then every tensor and parameter is loaded, observed); if it did, save those tensors")
+
+
 def _read_instead(unwritten, loaded_unread: list[str]) -> str | None:
     """Where a layer's forward reads a parameter the checkpoint never wrote and never reads one it did write (a
     layer above 0 whose norm the engine and the trainer name differently), says which of each, per layer."""
@@ -65,12 +81,10 @@ def _read_instead(unwritten, loaded_unread: list[str]) -> str | None:
 
 def _copied_from_target(subject, key: str) -> str:
     """Says so when the draft's value is the target's (a config copied from the target)."""
-    import json
+    from contracts.checkpoint import text_config
 
     if subject.target_path is None or not (subject.target_path / "config.json").is_file():
         return ""
-    from contracts.checkpoint import text_config
-
     try:
         target = text_config(json.loads((subject.target_path / "config.json").read_text()))
     except ValueError:
@@ -142,12 +156,8 @@ def check_key_naming(subject) -> Result:
         names = [p.name for p in unwritten]
         problems.append(f"{len(names)} engine parameter(s) never written (they would serve random values): "
                         f"{collapse_layers(names)}")
-    if unwritten and obs.size_fix:  # one setting explains them all: that is the fix, not a tensor list
-        (key, value), = obs.size_fix.items()
-        engine = engine_label(obs.engine)
-        fixes.append(f"set `{key}: {value}` in config.json: the checkpoint holds {value} decoder layer(s) and the "
-                     f"config says {obs.config.get(key)}{_copied_from_target(subject, key)}; {engine} then builds "
-                     f"{value} and every tensor and parameter is loaded (observed)")
+    if unwritten and obs.config_fix:  # one setting explains them all: that is the fix, not a tensor list
+        fixes.append(_setting_fix(subject, obs, unwritten))
     elif unwritten:
         swapped = _read_instead(unwritten, loaded_unread)
         if swapped:

@@ -23,7 +23,7 @@ from contracts.engines.sglang.compat import accepts, meta_build_isolated
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.tracing import CopyCounter, choose_device, fill_sentinel, iter_for_device, unwritten_fraction
 from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
-from contracts.renames import candidate_names, config_switches, size_switch
+from contracts.renames import candidate_names, config_switches, explaining_switches
 
 # The engine wiring that overwrites a draft parameter from the target after loading (0.5.23:
 # ``EagleDraftWorker.init_lm_head`` always calls ``set_embed``; ``set_embed_and_head`` when the draft
@@ -251,7 +251,7 @@ def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = N
     if probe_fixes and dropped:
         observation.probes = _probe_fixes(mc, ckpt, dropped, observation.device)
     if probe_fixes and load_error is None and not [k for k in dropped if "t2d" not in k]:
-        observation.size_fix = _probe_size(mc, ckpt, observation)
+        observation.config_fix = _probe_settings(mc, ckpt, observation)
     return observation
 
 
@@ -267,28 +267,28 @@ def _one_forward(model, mc) -> None:
     extend_forward(model, mc.hf_config, mc.dtype, ids, spec_hidden_states=torch.zeros(len(ids), width, dtype=mc.dtype))
 
 
-def _probe_size(mc, ckpt: Checkpoint, observation: LoadObservation) -> dict | None:
-    """Load the checkpoint again into the draft SGLang builds under the layer count the tensors hold; the switch
-    when then every tensor reaches a parameter and every parameter is written or shared (see ``size_switch``)."""
+def _probe_settings(mc, ckpt: Checkpoint, observation: LoadObservation) -> dict | None:
+    """Load the checkpoint again into the draft SGLang builds under each setting that could explain the unwritten
+    parameters (``explaining_switches``); the first under which every tensor reaches a parameter and every
+    parameter is written or shared."""
     unwritten = [p.name for p in observation.params if p.unwritten_fraction and not p.shared_from_target]
     reached = [c.param for f in observation.tensors for c in f.calls if c.error is None]
-    switch = size_switch(unwritten, reached, int(getattr(mc.hf_config, "num_hidden_layers", 1)))
-    if switch is None:
-        return None
-    try:
-        model = build_model(mc, switch, device=observation.device)
-    except Exception:  # noqa: BLE001  (a size the engine cannot build with is no fix)
-        return None
-    if observation.device != "meta":
-        fill_sentinel(model)
-    tracer = _LoadTracer(model)
-    fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
-    if tracer.load(iter_for_device(ckpt, observation.device), fates) is not None:
-        return None
     shared = {p.name for p in observation.params if p.shared_from_target}
-    left = [n for n, p in tracer.params.items() if n not in shared and unwritten_fraction(p, tracer.meta_written, n)]
-    dropped = [f.key for f in fates.values() if f.dropped and "t2d" not in f.key]
-    return None if left or dropped else switch
+    for switch in explaining_switches(unwritten, reached, observation.config):
+        try:
+            model = build_model(mc, switch, device=observation.device)
+        except Exception:  # noqa: BLE001  (a setting the engine cannot build with is no fix)
+            continue
+        if observation.device != "meta":
+            fill_sentinel(model)
+        tracer = _LoadTracer(model)
+        fates = {n: TensorFate(key=n, shape=list(i.shape), dtype=i.dtype) for n, i in ckpt.tensors.items()}
+        if tracer.load(iter_for_device(ckpt, observation.device), fates) is not None:
+            continue
+        left = [n for n, p in tracer.params.items() if n not in shared and unwritten_fraction(p, tracer.meta_written, n)]
+        if not left and not [f.key for f in fates.values() if f.dropped and "t2d" not in f.key]:
+            return switch
+    return None
 
 
 def _probe_fixes(mc, ckpt: Checkpoint, dropped: list[str], device: str = "cpu") -> list[RenameProbe]:

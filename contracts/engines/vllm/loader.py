@@ -26,7 +26,7 @@ from contracts.engines.tracing import (READ_WHOLE_ELEMENTS, CopyCounter, choose_
                                        iter_for_device, unwritten_fraction)
 from contracts.engines.vllm.context import building, current, draft_configs, engine_version, on_device
 from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
-from contracts.renames import candidate_names, config_switches, size_switch
+from contracts.renames import candidate_names, config_switches, explaining_switches
 
 EMBED_PARAM = "model.embed_tokens.weight"
 HEAD_PARAM = "lm_head.weight"
@@ -324,7 +324,7 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
     if probe_fixes and dropped and load_error is None:
         observation.probes = _probe_fixes(configs, ckpt, dropped, observation.device)
     if probe_fixes and load_error is None and not [k for k in dropped if "t2d" not in k]:
-        observation.size_fix = _probe_size(configs, ckpt, observation, judged)
+        observation.config_fix = _probe_settings(configs, ckpt, observation, judged)
     return observation
 
 
@@ -347,28 +347,29 @@ def _one_forward(model, configs) -> None:
         model(ids, torch.arange(len(ids)), combined)
 
 
-def _probe_size(configs, ckpt: Checkpoint, observation: LoadObservation, runner: str) -> dict | None:
-    """Load the checkpoint again into the draft vLLM builds under the layer count the tensors hold; the switch when
-    then every tensor reaches a parameter and every parameter is written or shared (see ``size_switch``)."""
+def _probe_settings(configs, ckpt: Checkpoint, observation: LoadObservation, runner: str) -> dict | None:
+    """Load the checkpoint again into the draft vLLM builds under each setting that could explain the unwritten
+    parameters (``explaining_switches``); the first under which every tensor reaches a parameter and every
+    parameter is written or shared."""
     unwritten = [p.name for p in observation.params if p.unwritten_fraction and not p.shared_from_target]
     reached = [c.param for f in observation.tensors for c in f.calls if c.error is None]
-    switch = size_switch(unwritten, reached, int(getattr(configs.draft.hf_config, "num_hidden_layers", 1)))
-    if switch is None:
-        return None
-    try:
-        model = build_draft(configs, device=observation.device, overrides=switch)
-    except Exception:  # noqa: BLE001  (a size the engine cannot build with is no fix)
-        return None
-    fill_sentinel(model)
-    tracer = LoadTracer(model)
-    fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
-    with current(configs.vc):
-        if tracer.load(iter_for_device(ckpt, observation.device), fates) is not None:
-            return None
-    written = {c.param for f in fates.values() for c in f.calls if c.error is None}
-    left = [p.name for p in _param_states(model, tracer, written, runner) if p.unwritten_fraction and not p.shared_from_target]
-    dropped = [f.key for f in fates.values() if f.dropped and "t2d" not in f.key]
-    return None if left or dropped else switch
+    for switch in explaining_switches(unwritten, reached, observation.config):
+        try:
+            model = build_draft(configs, device=observation.device, overrides=switch)
+        except Exception:  # noqa: BLE001  (a setting the engine cannot build with is no fix)
+            continue
+        fill_sentinel(model)
+        tracer = LoadTracer(model)
+        fates = {n: TensorFate(key=n, shape=list(i.shape), dtype=i.dtype) for n, i in ckpt.tensors.items()}
+        with current(configs.vc):
+            if tracer.load(iter_for_device(ckpt, observation.device), fates) is not None:
+                continue
+        written = {c.param for f in fates.values() for c in f.calls if c.error is None}
+        left = [p.name for p in _param_states(model, tracer, written, runner)
+                if p.unwritten_fraction and not p.shared_from_target]
+        if not left and not [f.key for f in fates.values() if f.dropped and "t2d" not in f.key]:
+            return switch
+    return None
 
 
 def _probe(model, key: str, candidate: str, tensor) -> list[str]:
