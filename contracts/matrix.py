@@ -149,6 +149,15 @@ def _cell(cell: dict | None) -> str:
     return text
 
 
+def _serves(doc: dict, index: dict, subject: str, engine: str) -> str:
+    """"yes" only names what was judged: a pair no contract fails, with some not judged, says which (a skipped
+    forward-parity is no proof that the math is the trainer's)."""
+    if not doc["deployable"][subject][engine]:
+        return "**no**"
+    unjudged = [c for c in doc["contracts"] if (index.get((subject, engine, c)) or {}).get("status") == SKIP]
+    return f"yes (not judged: {', '.join(unjudged)})" if unjudged else "yes"
+
+
 def markdown(doc: dict, all_paths: bool = False) -> str:
     """One row per (subject, engine path), one column per contract, and whether the pair can be deployed; a
     release's other path (vLLM's other runner) only where its verdicts differ from the default path's."""
@@ -166,7 +175,7 @@ def markdown(doc: dict, all_paths: bool = False) -> str:
                        path.get("path", "-"),
                        FORM_LABEL.get(form := doc.get("judged_as", {}).get(subject, {}).get(engine, "as saved"), form),
                        *(_cell(index.get((subject, engine, c))) for c in doc["contracts"]),
-                       "yes" if doc["deployable"][subject][engine] else "**no**"]
+                       _serves(doc, index, subject, engine)]
                 out.append("| " + " | ".join(row) + " |")
     agree = [] if all_paths else sorted(
         {e for by in doc.get("disagrees", {}).values() for e, differs in by.items() if not differs}

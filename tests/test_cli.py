@@ -193,6 +193,18 @@ def test_matrix_exits_1_when_no_release_serves_the_draft(capsys, tmp_path):
     assert "serves as trained on none of sglang==0.5.3, sglang==0.5.9" in matrix.text(doc)
 
 
+def test_matrix_says_what_a_yes_did_not_judge():
+    """A pair no contract fails, with forward-parity skipped (no trainer reference), is no proof the math is the
+    trainer's: the column says which contracts were not judged."""
+    from contracts import matrix
+
+    doc = matrix.document([{"name": "d", "engine": {"name": "sglang", "version": "0.5.23"}, "results": [
+        {"contract": "key-naming", "status": "pass", "summary": "all"},
+        {"contract": "forward-parity", "status": "skip", "summary": "no trainer reference"}]}])
+    assert "| d | sglang 0.5.23 | - | as saved | pass | skip | yes (not judged: forward-parity) |" in \
+        matrix.markdown(doc)
+
+
 def test_output_inside_the_checkpoint_is_refused(capsys, broken):
     path = broken("specforge")
     before = tree_digest(path)
