@@ -158,7 +158,8 @@ def _other_conventions(subject, aux, engine_layers, ev) -> str:
     verdicts = {}
     for name in TRAINERS:
         ids, _ = trainer_layer_ids(name, subject.checkpoint.config, int(n))
-        wanted = subject.trainer_layers["hf_hidden_states"] if name == subject.trainer_name else hf_indices(name, ids)
+        own = subject.trainer_layers if name == subject.trainer_name else None
+        wanted = own["hf_hidden_states"] if own else hf_indices(name, ids)
         verdicts[name] = {"hf_hidden_states": wanted, "aligned": list(engine_layers) == wanted}
     assumed = subject.trainer_name
     ev["convention"] = {"assumed": assumed or "none (layer alignment not judged)", "why": why, "each": verdicts}

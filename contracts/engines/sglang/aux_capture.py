@@ -209,7 +209,7 @@ def _verify_ids(obs, model, owner, forward, wanted: list[int]) -> None:
         try:
             captured, where = forward()
         except Exception as e:  # noqa: BLE001  (the forward under the default ids ran: say why this one did not)
-            captured, where = None, f"its forward raised {type(e).__name__}: {str(e)[:200]}"
+            captured, where = None, f"nothing (it raised {type(e).__name__}: {str(e)[:200]})"
     if captured == list(wanted) or (where == "count" and captured == len(wanted)):
         return
     got = where if captured is None else (f"{captured} state(s)" if where == "count" else f"hidden_states {captured}")

@@ -255,8 +255,9 @@ def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = N
     return observation
 
 
-def _one_forward(model, mc) -> None:
-    """One extend of the loaded draft on zero target hidden states (which modules run, not what they compute)."""
+def _one_forward(model, mc):
+    """One extend of the loaded draft on zero target hidden states (which modules run, and whether what they read
+    reaches the output)."""
     import torch
 
     from contracts.engines.sglang.cpu_forward import extend_forward
@@ -264,7 +265,8 @@ def _one_forward(model, mc) -> None:
     ids = torch.tensor([1, 5, 9, 22]) % int(mc.hf_config.vocab_size)
     fc = getattr(model.model, "fc", None)
     width = int(fc.in_features) if fc is not None else int(mc.hf_config.hidden_size)
-    extend_forward(model, mc.hf_config, mc.dtype, ids, spec_hidden_states=torch.zeros(len(ids), width, dtype=mc.dtype))
+    return extend_forward(model, mc.hf_config, mc.dtype, ids,
+                          spec_hidden_states=torch.zeros(len(ids), width, dtype=mc.dtype))
 
 
 def _probe_settings(mc, ckpt: Checkpoint, observation: LoadObservation) -> dict | None:

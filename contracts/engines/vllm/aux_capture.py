@@ -198,7 +198,7 @@ def _verify_ids(obs, configs, target, owner, input_ids, wanted: list[int]) -> No
             return
         got = f"hidden_states {positions}"
     except Exception as e:  # noqa: BLE001  (the forward under the runner's ids ran: say why this one did not)
-        got = f"nothing: its forward raised {type(e).__name__}: {str(e)[:200]}"
+        got = f"nothing (it raised {type(e).__name__}: {str(e)[:200]})"
     finally:
         owner.aux_hidden_state_layers = saved
     obs.ids_unreachable = (f"ids {candidate} make its hook list layers {sorted(set(wanted))}, but the forward with "

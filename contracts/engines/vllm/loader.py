@@ -328,9 +328,9 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
     return observation
 
 
-def _one_forward(model, configs) -> None:
+def _one_forward(model, configs):
     """The proposer's step on the loaded draft over zero target hidden states: ``combine_hidden_states`` and one
-    prefill (which modules run, not what they compute)."""
+    prefill (which modules run, and whether what they read reaches the output)."""
     import torch
 
     from contracts.engines.vllm.cpu_forward import finish_loading, kernels_missing, one_request
@@ -344,7 +344,7 @@ def _one_forward(model, configs) -> None:
     width = int(fc.input_size) if fc is not None else int(configs.draft.get_hidden_size())
     with one_request(configs.vc, len(ids)):
         combined = model.combine_hidden_states(torch.zeros(len(ids), width, dtype=configs.draft.dtype))
-        model(ids, torch.arange(len(ids)), combined)
+        return model(ids, torch.arange(len(ids)), combined)
 
 
 def _probe_settings(configs, ckpt: Checkpoint, observation: LoadObservation, runner: str) -> dict | None:
