@@ -53,21 +53,29 @@ def layers_held(reached_params: list[str]) -> int | None:
     return None if deepest is None else deepest + 1
 
 
-def explaining_switches(unwritten: list[str], reached_params: list[str], config: dict) -> list[dict]:
-    """Settings worth asking the engine about when parameters stay unwritten: the layer count the tensors hold when
-    every unwritten parameter lies in a layer the checkpoint does not hold (a config whose ``num_hidden_layers`` was
-    copied from the target), and each switch the config turns on that makes a draft build extra parameters. The
-    engine decides: a setting is a fix only when, rebuilt under it, the checkpoint loads whole."""
+def dropped_keys(fates) -> list[str]:
+    """The tensors an engine's load dropped, less the target->draft mask both engines skip by design (``t2d``: they
+    map draft ids with ``d2t`` alone)."""
+    return [f.key for f in fates if f.dropped and "t2d" not in f.key]
+
+
+def explaining_switches(observation) -> list[dict]:
+    """Settings worth asking the engine about when parameters of a load (a ``LoadObservation``) stay unwritten: the
+    layer count the tensors hold when every unwritten parameter lies in a layer the checkpoint does not hold (a config
+    whose ``num_hidden_layers`` was copied from the target), and each switch the config turns on that makes a draft
+    build extra parameters. The engine decides: a setting is a fix only when, rebuilt under it, the checkpoint loads
+    whole."""
+    unwritten = [p.name for p in observation.params if p.unwritten_fraction and not p.shared_from_target]
     if not unwritten:
         return []
     out = []
-    held = layers_held(reached_params)
+    held = layers_held([c.param for f in observation.tensors for c in f.calls if c.error is None])
     idx = [layer_index(k) for k in unwritten]
     if held is not None and all(i is not None and i >= held for i in idx) and held < int(
-            config.get("num_hidden_layers") or 1):
+            observation.config.get("num_hidden_layers") or 1):
         out.append({"num_hidden_layers": held})
     for switch in CONFIG_SWITCHES:
         (key, on), = switch.items()
-        if config.get(key) is on:
+        if observation.config.get(key) is on:
             out.append({key: not on})
     return out

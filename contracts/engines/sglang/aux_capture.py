@@ -144,8 +144,8 @@ def _hook_kind(cls) -> str:
     return "implemented"
 
 
-def _hf_indices(target_dir: Path, captured, hidden: int, input_ids) -> list[int] | None:
-    """Which transformers ``hidden_states`` index each captured tensor equals (the target's own weights)."""
+def _hf_states(target_dir: Path, input_ids):
+    """transformers' ``hidden_states`` of the target (its own weights) over ``input_ids``; None when it cannot load."""
     import torch
     import transformers
 
@@ -155,7 +155,13 @@ def _hf_indices(target_dir: Path, captured, hidden: int, input_ids) -> list[int]
     except Exception:
         return None
     with torch.no_grad():
-        states = hf(input_ids[None], output_hidden_states=True).hidden_states
+        return hf(input_ids[None], output_hidden_states=True).hidden_states
+
+
+def _hf_indices(states, captured, hidden: int) -> list[int] | None:
+    """Which transformers ``hidden_states`` index (of ``_hf_states``) each captured tensor equals."""
+    if states is None:
+        return None
     out = []
     for j in range(captured.shape[-1] // hidden):
         chunk = captured[:, j * hidden:(j + 1) * hidden].float()
@@ -326,12 +332,14 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
             obs.tiny_target += "; run as decode steps (the engine's absorbed MLA form, see cpu_forward.decode_forward)"
         obs.hidden_width = int(captured.shape[-1])
         obs.tiny_hidden_size = hidden
+        hf_states = _hf_states(target_dir, input_ids) if own_weights and (
+            obs.layers_to_capture or obs.ids_for_trainer_layers is not None) else None
         if own_weights and obs.layers_to_capture:
-            obs.hf_indices = _hf_indices(target_dir, captured, hidden, input_ids)
+            obs.hf_indices = _hf_indices(hf_states, captured, hidden)
         if obs.ids_for_trainer_layers is not None:
             def forward():
                 states = target_forward(model, target_mc.hf_config, torch.float32, input_ids).hidden_states
-                positions = _hf_indices(target_dir, states, hidden, input_ids) if own_weights else None
+                positions = _hf_indices(hf_states, states, hidden)
                 if positions is not None:
                     return positions, "position"
                 return int(states.shape[-1]) // hidden, "count"  # (transformers could not place them: by count)

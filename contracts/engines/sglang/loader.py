@@ -23,7 +23,7 @@ from contracts.engines.sglang.compat import accepts, meta_build_isolated
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.tracing import CopyCounter, choose_device, fill_sentinel, iter_for_device, unwritten_fraction
 from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
-from contracts.renames import candidate_names, config_switches, explaining_switches
+from contracts.renames import candidate_names, config_switches, dropped_keys, explaining_switches
 
 # The engine wiring that overwrites a draft parameter from the target after loading (0.5.23:
 # ``EagleDraftWorker.init_lm_head`` always calls ``set_embed``; ``set_embed_and_head`` when the draft
@@ -203,12 +203,18 @@ def load_traced(engine_dir, dtype: str = "auto", device: str | None = None):
     device = device or choose_device(ckpt)
     mc = model_config(engine_dir, dtype)
     model = build_model(mc, device=device)
+    tracer, fates, load_error = _traced_load(model, ckpt, device)
+    return ckpt, mc, model, tracer, fates, load_error
+
+
+def _traced_load(model, ckpt: Checkpoint, device: str):
+    """The NaN sentinel (off ``meta``), then the engine's own ``load_weights`` of every checkpoint tensor, traced:
+    ``(tracer, fates, load_error)``."""
     if device != "meta":
         fill_sentinel(model)
     tracer = _LoadTracer(model)
     fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
-    load_error = tracer.load(iter_for_device(ckpt, device), fates)
-    return ckpt, mc, model, tracer, fates, load_error
+    return tracer, fates, tracer.load(iter_for_device(ckpt, device), fates)
 
 
 def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = None) -> LoadObservation:
@@ -250,7 +256,7 @@ def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = N
     dropped = [f.key for f in fates.values() if f.dropped]
     if probe_fixes and dropped:
         observation.probes = _probe_fixes(mc, ckpt, dropped, observation.device)
-    if probe_fixes and load_error is None and not [k for k in dropped if "t2d" not in k]:
+    if probe_fixes and load_error is None and not dropped_keys(fates.values()):
         observation.config_fix = _probe_settings(mc, ckpt, observation)
     return observation
 
@@ -273,22 +279,15 @@ def _probe_settings(mc, ckpt: Checkpoint, observation: LoadObservation) -> dict 
     """Load the checkpoint again into the draft SGLang builds under each setting that could explain the unwritten
     parameters (``explaining_switches``); the first under which every tensor reaches a parameter and every
     parameter is written or shared."""
-    unwritten = [p.name for p in observation.params if p.unwritten_fraction and not p.shared_from_target]
-    reached = [c.param for f in observation.tensors for c in f.calls if c.error is None]
     shared = {p.name for p in observation.params if p.shared_from_target}
-    for switch in explaining_switches(unwritten, reached, observation.config):
+    for switch in explaining_switches(observation):
         try:
             model = build_model(mc, switch, device=observation.device)
         except Exception:  # noqa: BLE001  (a setting the engine cannot build with is no fix)
             continue
-        if observation.device != "meta":
-            fill_sentinel(model)
-        tracer = _LoadTracer(model)
-        fates = {n: TensorFate(key=n, shape=list(i.shape), dtype=i.dtype) for n, i in ckpt.tensors.items()}
-        if tracer.load(iter_for_device(ckpt, observation.device), fates) is not None:
-            continue
+        tracer, fates, load_error = _traced_load(model, ckpt, observation.device)
         left = [n for n, p in tracer.params.items() if n not in shared and unwritten_fraction(p, tracer.meta_written, n)]
-        if not left and not [f.key for f in fates.values() if f.dropped and "t2d" not in f.key]:
+        if load_error is None and not left and not dropped_keys(fates.values()):
             return switch
     return None
 

@@ -26,7 +26,7 @@ from contracts.engines.tracing import (READ_WHOLE_ELEMENTS, CopyCounter, choose_
                                        iter_for_device, unwritten_fraction)
 from contracts.engines.vllm.context import building, current, draft_configs, engine_version, on_device
 from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
-from contracts.renames import candidate_names, config_switches, explaining_switches
+from contracts.renames import candidate_names, config_switches, dropped_keys, explaining_switches
 
 EMBED_PARAM = "model.embed_tokens.weight"
 HEAD_PARAM = "lm_head.weight"
@@ -259,12 +259,18 @@ def load_traced(engine_dir, target_dir=None, dtype: str = "auto", device: str | 
     device = device or choose_device(ckpt)
     configs = draft_configs(engine_dir, None if target_dir is None else Path(target_dir), dtype)
     model = build_draft(configs, device=device)
+    tracer, fates, load_error = _traced_load(model, ckpt, configs, device)
+    return ckpt, configs, model, tracer, fates, load_error
+
+
+def _traced_load(model, ckpt: Checkpoint, configs, device: str):
+    """The NaN sentinel, then vLLM's own ``load_weights`` of every checkpoint tensor under its config, traced:
+    ``(tracer, fates, load_error)``."""
     fill_sentinel(model)
     tracer = LoadTracer(model)
     fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
     with current(configs.vc):
-        load_error = tracer.load(iter_for_device(ckpt, device), fates)
-    return ckpt, configs, model, tracer, fates, load_error
+        return tracer, fates, tracer.load(iter_for_device(ckpt, device), fates)
 
 
 # The step of each runner's wiring that shares the target's tensor into a draft whose checkpoint has none.
@@ -323,7 +329,7 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
     dropped = [f.key for f in fates.values() if f.dropped]
     if probe_fixes and dropped and load_error is None:
         observation.probes = _probe_fixes(configs, ckpt, dropped, observation.device)
-    if probe_fixes and load_error is None and not [k for k in dropped if "t2d" not in k]:
+    if probe_fixes and load_error is None and not dropped_keys(fates.values()):
         observation.config_fix = _probe_settings(configs, ckpt, observation, judged)
     return observation
 
@@ -351,23 +357,16 @@ def _probe_settings(configs, ckpt: Checkpoint, observation: LoadObservation, run
     """Load the checkpoint again into the draft vLLM builds under each setting that could explain the unwritten
     parameters (``explaining_switches``); the first under which every tensor reaches a parameter and every
     parameter is written or shared."""
-    unwritten = [p.name for p in observation.params if p.unwritten_fraction and not p.shared_from_target]
-    reached = [c.param for f in observation.tensors for c in f.calls if c.error is None]
-    for switch in explaining_switches(unwritten, reached, observation.config):
+    for switch in explaining_switches(observation):
         try:
             model = build_draft(configs, device=observation.device, overrides=switch)
         except Exception:  # noqa: BLE001  (a setting the engine cannot build with is no fix)
             continue
-        fill_sentinel(model)
-        tracer = LoadTracer(model)
-        fates = {n: TensorFate(key=n, shape=list(i.shape), dtype=i.dtype) for n, i in ckpt.tensors.items()}
-        with current(configs.vc):
-            if tracer.load(iter_for_device(ckpt, observation.device), fates) is not None:
-                continue
+        tracer, fates, load_error = _traced_load(model, ckpt, configs, observation.device)
         written = {c.param for f in fates.values() for c in f.calls if c.error is None}
         left = [p.name for p in _param_states(model, tracer, written, runner)
                 if p.unwritten_fraction and not p.shared_from_target]
-        if not left and not [f.key for f in fates.values() if f.dropped and "t2d" not in f.key]:
+        if load_error is None and not left and not dropped_keys(fates.values()):
             return switch
     return None
 
