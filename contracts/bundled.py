@@ -23,17 +23,33 @@ def bundled_subjects(engine: str = "sglang") -> list:
     from contracts.subject import Subject
 
     entries = manifest()
+    return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items()) if _is_draft(entry)]
+
+
+def _is_draft(entry: dict) -> bool:
+    return entry.get("trainer") not in (None, "transformers") and "target" in entry
+
+
+def _subject(name: str, entry: dict, entries: dict, engine: str, target=None):
+    from contracts.subject import Subject
+
     root = FIXTURES.parent
-    out = []
+    return Subject(name, root / entry["path"], Path(target) if target else root / entries[entry["target"]]["path"],
+                   intended_ids=entry.get("selected_target_ids"), trainer=entry["trainer"],
+                   trainer_aux_ids=entry.get("aux_layer_ids"),
+                   reference_path=root / entry["reference"]["path"] if entry.get("reference") else None,
+                   engine=engine)
+
+
+def bundled_subject_for(checkpoint, engine: str, target=None):
+    """``check DIR`` on a bundled example's directory: the example as ``--examples`` checks it (its trainer, the ids
+    its trainer selected, its reference forward; its target unless ``target`` is given), else None."""
+    entries = manifest()
+    where = Path(checkpoint).resolve()
     for name, entry in sorted(entries.items()):
-        if entry.get("trainer") in (None, "transformers") or "target" not in entry:
-            continue
-        out.append(Subject(name, root / entry["path"], root / entries[entry["target"]]["path"],
-                           intended_ids=entry.get("selected_target_ids"), trainer=entry["trainer"],
-                           trainer_aux_ids=entry.get("aux_layer_ids"),
-                           reference_path=root / entry["reference"]["path"] if entry.get("reference") else None,
-                           engine=engine))
-    return out
+        if _is_draft(entry) and (FIXTURES.parent / entry["path"]).resolve() == where:
+            return _subject(str(checkpoint), entry, entries, engine, target)
+    return None
 
 
 def expected_failures(engine: str | None = None) -> dict[tuple[str, str], str] | None:

@@ -165,9 +165,13 @@ def _run_check(args) -> int:
         if not args.checkpoint:
             raise UsageError("check: give a CHECKPOINT directory (or --examples)")
         from contracts.builds import read_record, subject_for
+        from contracts.bundled import bundled_subject_for
 
+        bundled = None if args.trainer else bundled_subject_for(args.checkpoint, args.engine, args.target)
         if Path(args.checkpoint).is_dir() and read_record(args.checkpoint) is not None:  # a build-tiny output
             subjects = [subject_for(args.checkpoint, args.engine, name=args.checkpoint, target=args.target)]
+        elif bundled is not None:  # a bundled example: with its trainer's reference forward and ids
+            subjects = [bundled]
         else:
             subjects = [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer,
                                 engine=args.engine)]
