@@ -193,3 +193,8 @@ class ForwardObservation(Observation):
     error: str | None = None
     skip_reason: str | None = None  # the engine cannot run this replay here (e.g. a head size its CPU kernel lacks)
     runner: str | None = None  # the vLLM model runner whose wiring fed the draft ("v1" / "v2"; SGLang: None)
+    # draft steps after the first (a multi-step reference): [step k - 1][anchor][draft vocab] for k = 1..K-1, the
+    # anchors whose step k has a ground-truth token (0..T-1-k); the trainer's TTT step k and the engine's
+    reference_chain: list | None = None
+    engine_chain: list | None = None
+    chain_path: str | None = None  # how the engine's later steps were run, in words

@@ -272,6 +272,13 @@ class Subject:
 
         return mismatched_switches(self, self.config_obs)
 
+    def later_step_switches(self) -> list[str]:
+        """Switches the checkpoint sets on whose effect the engine begins at draft step 1 (the state it feeds the
+        next step), as the ``config`` contract observed by flipping each."""
+        from contracts.checks.config import switches_from_step_1
+
+        return switches_from_step_1(self.config_obs)
+
     def rope_scaling_warning(self) -> str | None:
         """``config``'s warning that the draft's config scales its rope where the target's does not, if it has one."""
         from contracts.checks.config import draft_only_rope_scaling

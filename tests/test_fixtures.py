@@ -25,8 +25,9 @@ def test_every_trainer_is_represented():
     trainers = {(e["trainer"], e["trainer_version"]) for e in MANIFEST.values()}
     assert {("speculators", "0.9.0"), ("specforge", "0.2.0"), ("modelopt", "0.47.0")} <= trainers
     assert [s.name for s in bundled_subjects()] == [
-        "modelopt-default-hd32", "modelopt-explicit-hd32", "specforge", "specforge-hd32", "speculators-default",
-        "speculators-default-hd32", "speculators-kimi-k25", "speculators-train", "speculators-train-hd32"]
+        "modelopt-default-hd32", "modelopt-explicit-hd32", "specforge", "specforge-eagle31-hd32", "specforge-hd32",
+        "speculators-default", "speculators-default-hd32", "speculators-kimi-k25", "speculators-train",
+        "speculators-train-hd32"]
 
 
 WITH_REFERENCES = ["specforge", "speculators-default", "speculators-train",
@@ -75,7 +76,8 @@ def _reference(name):
         return ref, {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 
 
-@pytest.mark.parametrize("name", [*WITH_REFERENCES, "modelopt-default-hd32", "modelopt-explicit-hd32"])
+@pytest.mark.parametrize("name", [*WITH_REFERENCES, "specforge-eagle31-hd32", "modelopt-default-hd32",
+                                  "modelopt-explicit-hd32"])
 def test_reference_forward_is_committed_with_its_draft(name):
     import hashlib
 
@@ -92,8 +94,16 @@ def test_reference_forward_is_committed_with_its_draft(name):
     assert list(header["__metadata__"]) == sorted(header["__metadata__"])
 
     # logits over the draft vocabulary: 64, or the full 512 of Model Optimizer's default (it keeps the vocabulary)
-    want = {**REFERENCE_TENSORS, "logits": ("torch.float32", [8, len(entry["selected_target_ids"])])}
+    vocab = len(entry["selected_target_ids"])
+    # each trainer's TTT steps: three recorded (two where the draft was trained for two)
+    steps = entry.get("ttt_length", 3)
+    want = {**REFERENCE_TENSORS, "logits": ("torch.float32", [8, vocab]), "step_logits": ("torch.float32", [steps, 8, vocab])}
     assert {k: (str(t.dtype), list(t.shape)) for k, t in tensors.items()} == want
+    chain = tensors["step_logits"]
+    assert torch.equal(chain[0], tensors["logits"]) and meta["steps"] == str(steps)
+    for k in range(1, steps):  # rows past the ground truth are NaN, the rest finite and not step 0's
+        assert torch.isnan(chain[k, 8 - k:]).all() and torch.isfinite(chain[k, :8 - k]).all()
+        assert not torch.allclose(chain[k, :8 - k], chain[0, :8 - k])
     assert ref["tensors"] == {k: {"dtype": d.removeprefix("torch."), "shape": s} for k, (d, s) in sorted(want.items())}
     assert tensors["positions"].tolist() == list(range(8))
     assert 0 <= int(tensors["input_ids"].min()) and int(tensors["input_ids"].max()) < 512

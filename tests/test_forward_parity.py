@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.conftest import DRAFTS, FIXTURES, TARGET, judge_contract
+from tests.conftest import DELETE, DRAFTS, FIXTURES, TARGET, judge_contract, make_copy
 
 REFS = FIXTURES / "references"
 
@@ -53,3 +53,56 @@ def test_without_a_reference_or_target_it_is_skipped_with_the_reason():
     assert judge(DRAFTS["specforge"], None).status == "skip"
     result = judge(DRAFTS["specforge"], REFS / "specforge.safetensors", target=None)
     assert result.status == "skip" and "--target" in result.summary
+
+
+# --- draft steps after the first (multi-step references: the trainer's own TTT steps) ----------------------
+
+HD32_TARGET = FIXTURES / "targets" / "llama-tiny-hd32"
+EAGLE31 = FIXTURES / "drafts" / "specforge-eagle31-hd32"
+
+
+def test_later_steps_of_the_trainers_chain_agree_with_the_engines_steps():
+    for name in ("specforge", "speculators-default"):
+        result = judge(DRAFTS[name], REFS / f"{name}.safetensors")
+        steps = result.evidence["steps"]
+        assert [s["step"] for s in steps] == [0, 1, 2] and [s["anchors"] for s in steps] == [8, 7, 6]
+        assert all(s["max_abs_diff"] < 1e-5 and not s["diverging_anchors"] for s in steps)
+        assert "SGLang EAGLE draft worker loop" in result.summary
+
+
+def test_specforges_eagle31_draft_diverges_at_step_1_and_the_fix_names_norm_output():
+    """SpecForge 0.2.0's norm_output normalises before lm_head only and feeds the raw state to the next step;
+    SGLang reads norm_output as 'feed the normalised state': identical step 0, apart from step 1 on."""
+    result = judge(EAGLE31, REFS / "specforge-eagle31-hd32.safetensors", target=HD32_TARGET)
+    assert result.status == "fail"
+    ev = result.evidence
+    assert ev["first_diverging_position"] is None and ev["first_diverging_step"] == 1
+    assert ev["steps"][1]["max_abs_diff"] > 100 * ev["tolerance"] and ev["steps"][1]["diverging_anchors"] == 7
+    assert "draft step 1 diverges from training by up to" in result.summary
+    assert ev["switches_from_step_1"] == ["norm_output"] and "remove norm_output" in result.fix
+
+
+def test_the_eagle31_draft_without_norm_output_is_served_as_trained_at_every_step(tmp_path):
+    """The fix works: without the key SGLang feeds the raw state on (and still normalises before lm_head)."""
+    path = make_copy(EAGLE31, tmp_path / "eagle31", config={"norm_output": DELETE})
+    result = judge(path, REFS / "specforge-eagle31-hd32.safetensors", target=HD32_TARGET)
+    assert result.status == "pass", result
+    assert [s["step"] for s in result.evidence["steps"]] == [0, 1]
+
+
+def test_norm_output_set_on_a_draft_trained_without_it_is_caught_at_step_1(broken):
+    path = broken("specforge", config={"norm_output": True})
+    result = judge(path, REFS / "specforge.safetensors")
+    assert result.status == "fail" and result.evidence["first_diverging_step"] == 1
+    assert result.evidence["steps"][0]["diverging_anchors"] == 0
+
+
+def test_a_step_0_only_reference_says_so(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    ref = load_file(REFS / "specforge.safetensors")
+    del ref["step_logits"]
+    save_file(ref, tmp_path / "step0.safetensors")
+    result = judge(DRAFTS["specforge"], tmp_path / "step0.safetensors")
+    assert result.status == "pass" and "steps" not in result.evidence
+    assert "step 0 only" in result.summary

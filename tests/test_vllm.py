@@ -372,6 +372,45 @@ def test_a_flipped_switch_makes_the_forwards_diverge(broken):
     assert result.evidence["first_diverging_position"] is not None
 
 
+def test_later_draft_steps_agree_with_the_trainers_on_both_runners():
+    for engine, loop in ((VLLM, "vLLM V2 proposer loop"), (V1, "vLLM V1 proposer loop")):
+        result = judge("forward-parity", HD32["specforge"], target=HD32_TARGET, engine=engine,
+                       reference_path=REFERENCES / "specforge-hd32.safetensors")
+        assert result.status == "pass", result
+        assert [s["step"] for s in result.evidence["steps"]] == [0, 1, 2] and loop in result.summary
+        assert all(s["max_abs_diff"] < 1e-5 for s in result.evidence["steps"])
+
+
+def test_specforges_eagle31_draft_diverges_at_step_1_on_vllm(tmp_path):
+    eagle31 = FIXTURES / "drafts" / "specforge-eagle31-hd32"
+    reference = REFERENCES / "specforge-eagle31-hd32.safetensors"
+    result = judge("forward-parity", eagle31, target=HD32_TARGET, reference_path=reference)
+    assert result.status == "fail" and result.evidence["first_diverging_step"] == 1
+    assert result.evidence["steps"][0]["diverging_anchors"] == 0 and "remove norm_output" in result.fix
+    fixed = make_copy(eagle31, tmp_path / "eagle31", config={"norm_output": DELETE})
+    assert judge("forward-parity", fixed, target=HD32_TARGET, reference_path=reference).status == "pass"
+
+
+def test_the_replayed_steps_are_the_v1_proposers_own_loop():
+    """vLLM's real serving loop on a CPU (LLM.generate, V1 EagleProposer.propose) against the replay forward-parity
+    runs, on the same loaded draft, for the draft whose fed-back state matters (norm_output)."""
+    import subprocess
+
+    from contracts.engines.environments import environment_for
+    from contracts.trainers.common import reference_prompt
+
+    python = environment_for("vllm", "0.32.0")
+    prompt = ",".join(map(str, reference_prompt(512)[:8]))
+    done = subprocess.run([str(python), "-m", "contracts.engines.vllm.draft_loop",
+                           str(FIXTURES / "drafts" / "specforge-eagle31-hd32"), str(HD32_TARGET), prompt, "3"],
+                          capture_output=True, text=True, timeout=600, cwd=FIXTURES.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loop = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loop["proposer"] == "EagleProposer" and len(loop["drafts"]) == 3
+    assert loop["loop_argmax"] == loop["replay_argmax"] == loop["drafts"]
+    assert all(gap < 1e-5 for gap in loop["max_abs_diff_per_step"]) and all(loop["same_ids_outside_vocab"])
+
+
 def test_a_head_size_vllms_cpu_kernel_lacks_is_not_judged():
     result = judge("forward-parity", DRAFTS["specforge"], reference_path=REFERENCES / "specforge.safetensors")
     assert result.status == "skip"

@@ -150,14 +150,18 @@ def check_config(subject) -> Result:
                   f"sizes agree with the target" + _from_step_1(obs), ev)
 
 
+def switches_from_step_1(obs) -> list[str]:
+    """The switches set on (the EAGLE-3.1 variants; every one defaults to off) whose effect the engine begins at
+    draft step 1 (the state fed to the next step)."""
+    return [k for k, s in obs.switches.items() if s["honoured"] and s["value"] is True and
+            s.get("first_acts_at_step") == 1]
+
+
 def _from_step_1(obs) -> str:
-    """Names the switches set on (the EAGLE-3.1 variants; every one defaults to off) whose effect the engine begins
-    at draft step 1 (the state fed to the next step)."""
-    later = [k for k, s in obs.switches.items() if s["honoured"] and s["value"] is True and
-             s.get("first_acts_at_step") == 1]
+    later = switches_from_step_1(obs)
     return (f"; {', '.join(later)} act{'s' if len(later) == 1 else ''} from draft step 1 on (the state fed to the next "
-            f"step; the step-0 logits are unchanged, so forward-parity at step 0 cannot see whether the trainer "
-            f"computed the same)") if later else ""
+            f"step; the step-0 logits are unchanged: forward-parity judges it against a trainer reference that "
+            f"carries later steps)") if later else ""
 
 
 def _as_saved(subject, label, ev: dict) -> list[tuple[str, str]]:

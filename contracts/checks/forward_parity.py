@@ -1,11 +1,15 @@
 """``forward-parity``: on the same weights and inputs, the trainer's forward and the engine's draft forward
-give the same step-0 logits (within a tolerance justified by the dtype) and the same top-k target ids.
+give the same logits (within a tolerance justified by the dtype) and the same top-k target ids, at step 0 and,
+where the trainer's reference carries its later TTT steps, at every draft step after it.
 
 Prevents the break no name or shape reveals: a switch the engine does not implement (speculators'
 ``norm_before_residual: true`` on SGLang 0.5.23: 4e-2 apart at step 0 on the same weights), a norm
 placed elsewhere, an embedding or head other than the trained one. The trainer side is the trainer's own
 forward, recorded with the fixture (``fixtures/references``); the engine side replays the same token ids,
 positions and aux hidden states through the engine's draft forward after its own wiring to the target.
+Steps after the first catch what step 0 cannot: the state a draft feeds its next step (SpecForge 0.2.0's
+``norm_output: true`` normalises only before ``lm_head`` and feeds the raw state on; both engines feed the
+normalised one: identical step-0 logits, 4e-2 apart at step 1 on the same weights).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ def _topk(row: list[float], k: int) -> list[int]:
 
 
 @contract("forward-parity", "on the same weights and inputs, the trainer's forward and the engine's draft forward "
-                            "give the same step-0 logits (within the dtype's tolerance) and the same top-k target ids",
+                            "give the same logits at every draft step the trainer's reference carries (within the "
+                            "dtype's tolerance) and the same top-k target ids",
           # the replay runs the loaded, wired draft under its config, mapping ids with the engine's hot_token_id
           depends_on=("key-naming", "tensor-shapes", "d2t-semantics", "embed-head", "config"))
 def check_forward_parity(subject) -> Result:
@@ -62,12 +67,35 @@ def check_forward_parity(subject) -> Result:
             "trainer_top_k_target_ids": [obs.reference_map[i] for i in _topk(ref[first], TOP_K)],
             "engine_top_k_target_ids": [obs.engine_map[i] for i in _topk(eng[first], TOP_K)]}
     ev["top_k_mismatches"] = topk_mismatch[:4]
+    steps = _later_steps(obs, diverges)
+    if steps is not None:
+        ev["chain_path"] = obs.chain_path
+        ev["steps"] = [{"step": 0, "max_abs_diff": ev["max_abs_diff"], "anchors": len(ref),
+                        "diverging_anchors": sum(diverges(r, e) for r, e in zip(ref, eng))}] + steps
     problems = []
     if first is not None:
         problems.append(f"step-0 logits differ by up to {obs.max_abs_diff:.3g} (tolerance {obs.tolerance:.3g}), first at "
                         f"position {first}")  # :.3g prints inf for non-finite
     if topk_mismatch:
         problems.append(f"top-{TOP_K} target ids differ at {len(topk_mismatch)} of {len(ref)} positions")
+    later_bad = [s for s in steps or [] if s["diverging_anchors"] or s["top_k_mismatches"]]
+    if not problems and later_bad:
+        s = later_bad[0]
+        ev["first_diverging_step"] = s["step"]
+        gap = s["max_abs_diff"] if isinstance(s["max_abs_diff"], float) else float("inf")
+        problems.append(
+            f"step 0 agrees ({len(ref)} positions, max {obs.max_abs_diff:.3g}); draft step {s['step']} diverges from "
+            f"training by up to {gap:.3g} (tolerance {obs.tolerance:.3g}) at {s['diverging_anchors']} of "
+            f"{s['anchors']} anchors, top-{TOP_K} target ids differ at {s['top_k_mismatches']} anchors")
+        later = subject.later_step_switches()
+        if later:
+            ev["switches_from_step_1"] = later
+        fix = (f"the engine computes {', '.join(later)} from step 1 on (the state it feeds the next step) and the "
+               f"trainer did not: remove {', '.join(later)} from config.json if the trainer's switch means something "
+               f"else (SpecForge's norm_output only normalises before lm_head), or retrain with the engine's meaning") \
+            if later else ("compare the state the trainer feeds its next TTT step (normalised or not) and the positions "
+                           "it gives it with the engine's (see config)")
+        return Result("forward-parity", FAIL, "; ".join(problems) + f" [{_path(obs)}]", ev, fix)
     if problems:
         suspects = subject.ignored_switches()
         rope = subject.rope_scaling_warning()
@@ -81,5 +109,33 @@ def check_forward_parity(subject) -> Result:
         if rope:
             ev["rope_scaling_warning"] = rope
         return Result("forward-parity", FAIL, "; ".join(problems), ev, fix)
-    return Result("forward-parity", PASS, f"{len(ref)} positions agree within {obs.tolerance:.3g} (max "
-                  f"{obs.max_abs_diff:.3g}); top-{TOP_K} target ids equal", ev)
+    summary = f"{len(ref)} positions agree within {obs.tolerance:.3g} (max {obs.max_abs_diff:.3g}); top-{TOP_K} target ids equal"
+    if steps:
+        worst = max(s["max_abs_diff"] for s in steps)
+        summary = (f"steps 0..{len(steps)} agree within {obs.tolerance:.3g}: step 0 at {len(ref)} positions (max "
+                   f"{obs.max_abs_diff:.3g}), later steps max {worst:.3g}; top-{TOP_K} target ids equal [{_path(obs)}]")
+    elif obs.reference_chain is None:
+        summary += " (step 0 only: the trainer's reference carries no later TTT step)"
+    return Result("forward-parity", PASS, summary, ev)
+
+
+def _later_steps(obs, diverges) -> list[dict] | None:
+    """Per later draft step k: the largest gap over the anchors, how many anchors diverge, where top-k differs."""
+    if not obs.reference_chain or not obs.engine_chain:
+        return None
+    out = []
+    for k, (ref, eng) in enumerate(zip(obs.reference_chain, obs.engine_chain), start=1):
+        gaps = [max(abs(a - b) for a, b in zip(r, e)) for r, e in zip(ref, eng)]
+        worst = max(gaps) if gaps else 0.0
+        topk = sum([obs.reference_map[i] for i in _topk(r, TOP_K)] != [obs.engine_map[i] for i in _topk(e, TOP_K)]
+                   for r, e in zip(ref, eng))
+        out.append({"step": k, "max_abs_diff": worst if math.isfinite(worst) else "non-finite",
+                    "anchors": len(ref), "diverging_anchors": sum(diverges(r, e) for r, e in zip(ref, eng)),
+                    "top_k_mismatches": topk})
+    return out
+
+
+def _path(obs) -> str:
+    """Which engine path the later steps ran on, said in the verdict."""
+    return ("vLLM " + (obs.runner or "").upper() + " proposer loop" if obs.engine.get("name") == "vllm"
+            else "SGLang EAGLE draft worker loop") + ", replayed through the engine's draft forward"

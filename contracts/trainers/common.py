@@ -173,6 +173,13 @@ REFERENCE_ALIGNMENT = (
     "low..high); positions[i] = i; logits[i] = the trainer's step-0 (first TTT step) draft logits over the "
     "draft vocab (draft id j is target id j + d2t[j])"
 )
+REFERENCE_STEPS = 3  # K: draft steps a multi-step reference records (the engines' default chain is 3 long)
+STEP_ALIGNMENT = (
+    "step_logits[k, i] = the trainer's logits at TTT step k of the chain anchored at position i: step 0 is "
+    "logits[i]; step k >= 1 embeds input_ids[i+k] (teacher forcing: the token the chain would have drafted) with "
+    "the draft's own state from step k-1 at the same anchor, at position positions[i]+k, attending the step-0 keys "
+    "of positions 0..i and the chain's own earlier steps; rows i+k >= T have no ground-truth token and are NaN"
+)
 
 
 def reference_prompt(vocab_size: int = TARGET_VOCAB) -> list[int]:
@@ -228,9 +235,25 @@ def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarg
     return tensors, metadata
 
 
-def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str], path: Path | None = None) -> dict:
-    """Write fixtures/references/<name>.safetensors, or ``path`` (the reference inputs and the trainer's step-0
-    logits) and return the manifest's "reference" field.
+def chain_logits(per_step: list, shift_rows: bool = False):
+    """``step_logits`` [K, T, V] from the K logits tensors [T(+k), V] a trainer's TTT forward produced, one per
+    step, rows past the ground truth set to NaN. ``shift_rows``: the trainer writes step k of the chain anchored at
+    i on row i+k (Model Optimizer), not on row i (speculators, SpecForge)."""
+    import torch
+
+    t = per_step[0].shape[0]
+    out = torch.full((len(per_step), t, per_step[0].shape[-1]), float("nan"))
+    for k, step in enumerate(per_step):
+        rows = step[k:k + t - k] if shift_rows else step[:t - k]
+        out[k, :t - k] = rows.float()
+    return out
+
+
+def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str], path: Path | None = None,
+                    step_logits=None) -> dict:
+    """Write fixtures/references/<name>.safetensors, or ``path`` (the reference inputs, the trainer's step-0
+    logits and, for a multi-step reference, ``step_logits`` of ``chain_logits``) and return the manifest's
+    "reference" field.
 
     safetensors writes its `__metadata__` map in a per-process random order; the header is rewritten
     with the keys sorted (same length, same tensors) so a rebuild is byte-identical."""
@@ -238,6 +261,13 @@ def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str], p
 
     tensors = {key: inputs[key] for key in ("input_ids", "positions", "hidden_states")}
     tensors["logits"] = logits.float().contiguous()
+    if step_logits is not None:
+        import torch
+
+        if not torch.equal(step_logits[0], tensors["logits"]):
+            raise ValueError("step_logits[0] must be the step-0 logits")
+        tensors["step_logits"] = step_logits.float().contiguous()
+        metadata = {**metadata, "steps": str(step_logits.shape[0]), "step_alignment": STEP_ALIGNMENT}
     if not all(isinstance(v, str) and v.isascii() for v in metadata.values()):
         raise ValueError("reference metadata must be ASCII strings")
     data = bytearray(save(tensors, metadata=metadata))

@@ -38,10 +38,12 @@ from pathlib import Path
 from contracts.trainers.common import (
     FIXTURES,
     LLAMA_TINY_HD32,
+    REFERENCE_STEPS,
     REPO_ROOT,
     SEED,
     TinyTarget,
     TrainerAPIChanged,
+    chain_logits,
     record_fixture,
     reference_prompt,
     target_reference_inputs,
@@ -225,6 +227,16 @@ def build(scratch: Path, name: str, target: TinyTarget, explicit_ids=None, draft
     return {"model": model, "details": details}
 
 
+def _no_dropout(model, name: str) -> None:
+    import torch
+
+    active = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
+    active += [f"{n}.config.attention_dropout" for n, m in model.named_modules()
+               if float(getattr(getattr(m, "config", None), "attention_dropout", 0.0) or 0.0) > 0]
+    if active:
+        raise RuntimeError(f"{name}: dropout in training mode would make the TTT reference random: {active[:3]}")
+
+
 def reference(model, name: str, target: TinyTarget, ver: str, path: Path | None = None) -> dict:
     """Step-0 logits of Model Optimizer's own forward of the trained model (its base forward, aux hooks and
     pairing), with the aux hidden states its hooks captured."""
@@ -232,8 +244,11 @@ def reference(model, name: str, target: TinyTarget, ver: str, path: Path | None 
     import transformers
 
     prompt = torch.tensor(reference_prompt(target.vocab_size), dtype=torch.long)
-    captured = {}
+    captured = {"logits": []}
     original_prepare, original_forward = model._prepare_eagle_inputs, model._eagle_forward
+    if getattr(model, "eagle_mix_hidden_states", False):
+        raise RuntimeError(f"{name}: eagle_mix_hidden_states feeds randomly chosen rows back; no chain to record")
+    steps = min(REFERENCE_STEPS, int(getattr(model, "eagle_ttt_steps", 1)))
 
     def prepare(*args, **kwargs):
         base_outputs = kwargs.get("base_outputs", args[-1] if args else None)
@@ -243,15 +258,26 @@ def reference(model, name: str, target: TinyTarget, ver: str, path: Path | None 
     def forward(*args, **kwargs):
         out = original_forward(*args, **kwargs)
         logits = out[2][0] if isinstance(out[2], (list, tuple)) else out[2]  # 0.43-0.44: a list, draft head first
-        captured.setdefault("logits", logits.detach().clone())
+        captured["logits"].append(logits.detach().clone())
         return out
 
     model._prepare_eagle_inputs, model._eagle_forward = prepare, forward
+    # HFEagleModel.forward runs its TTT steps only in training mode, as it trains; that mode computes the same
+    # function here only without dropout
+    if steps > 1:
+        _no_dropout(model, name)
+        # its TTT masks are cached per step, not per length: the training step's (TRAIN_TOKENS long) would be reused
+        if isinstance(getattr(model, "_cached_attn_blk_masks", None), dict):
+            model._cached_attn_blk_masks.clear()
+    model.train(steps > 1)
     try:
         with torch.no_grad():
             model(input_ids=prompt[None])
     finally:
+        model.eval()
         del model._prepare_eagle_inputs, model._eagle_forward
+    if len(captured["logits"]) < steps:
+        raise RuntimeError(f"{name}: modelopt ran {len(captured['logits'])} TTT steps, expected {steps}")
     ids = list(model.eagle_config.eagle_aux_hidden_state_layer_ids)
     inputs, meta = target_reference_inputs([i + 1 for i in ids], target)
     t = inputs["input_ids"].shape[0]
@@ -272,16 +298,20 @@ def reference(model, name: str, target: TinyTarget, ver: str, path: Path | None 
             "modelopt.torch.speculative.plugins.hf_eagle.HFEagleModel._prepare_eagle_inputs",
             "modelopt.torch.speculative.plugins.hf_eagle.HFEagleModel._eagle_forward",
         ]),
-        "forward_call": ("HFEagleModel.forward(input_ids=prompt[None]) in eval mode under torch.no_grad (one draft "
-                         "step); hidden_states = base_outputs.aux_hiddens its layer hooks captured (rows 0..T-1); "
-                         "logits = _eagle_forward's step-0 eagle_logits (rows 0..T-1), shape [T, draft_vocab]"),
+        "forward_call": ("HFEagleModel.forward(input_ids=prompt[None]) under torch.no_grad in training mode (its TTT "
+                         f"loop, eagle_ttt_steps; no dropout anywhere, checked); {steps} step(s) kept; "
+                         "hidden_states = base_outputs.aux_hiddens its layer hooks captured (rows 0..T-1); logits = "
+                         "_eagle_forward's eagle_logits per TTT step: step k writes the chain anchored at i on row "
+                         "i+k (its output hidden states roll by one row per step), shape [T, draft_vocab]"),
         "attn_implementation": "sdpa",
         "dtype": "float32",
         "weights": "the trained model that export_speculative_decoding exported (float32 in memory and on disk)",
         "embed_tokens": f"the target's model.embed_tokens.weight ({target.path}): modelopt embeds with the base model's",
         "aux_layer_ids": json.dumps(ids),
     }
-    out = write_reference(name, inputs, captured["logits"][0, :t], metadata, path)
+    step_logits = chain_logits([c[0, :t] for c in captured["logits"][:steps]], shift_rows=True) if steps > 1 \
+        else None
+    out = write_reference(name, inputs, captured["logits"][0][0, :t], metadata, path, step_logits=step_logits)
     out["trained_hidden_states"] = [i + 1 for i in ids]
     return out
 

@@ -48,9 +48,11 @@ from contracts.trainers.common import (
     FIXTURES,
     LLAMA_TINY,
     LLAMA_TINY_HD32,
+    REFERENCE_STEPS,
     REPO_ROOT,
     SEED,
     TinyTarget,
+    chain_logits,
     record_fixture,
     repo_relative,
     target_reference_inputs,
@@ -60,8 +62,12 @@ from contracts.trainers.common import (
 
 DRAFTS = FIXTURES / "drafts"
 RUN_ID = "fixture"
-# (fixture name, target): the draft for the tiny Llama, and for its head-size-32 twin (vLLM's CPU kernel)
-BUILDS = (("specforge", LLAMA_TINY), ("specforge-hd32", LLAMA_TINY_HD32))
+# (fixture name, target, draft config switches, TTT steps): the draft for the tiny Llama, its head-size-32 twin
+# (vLLM's CPU kernel), and an EAGLE-3.1 draft trained for two steps: specforge's fc_norm (one RMSNorm per aux
+# chunk before fc) and norm_output (in specforge: the final norm before lm_head; the state fed to the next step
+# stays raw), both written to the draft config as a user turns them on
+BUILDS = (("specforge", LLAMA_TINY, {}, None), ("specforge-hd32", LLAMA_TINY_HD32, {}, None),
+          ("specforge-eagle31-hd32", LLAMA_TINY_HD32, {"fc_norm": True, "norm_output": True}, 2))
 
 FUNCTIONS_CALLED = [
     "accelerate.utils.set_seed",
@@ -95,20 +101,23 @@ def online_model(cfg, draft_model):
     ).to(dtype=getattr(torch, cfg.model.torch_dtype))
 
 
-def run_config(work: Path, target: TinyTarget = LLAMA_TINY) -> dict:
-    """The run as `specforge train` would be configured (offline data source, eagle3 strategy)."""
+def run_config(work: Path, target: TinyTarget = LLAMA_TINY, ttt_length: int | None = None) -> dict:
+    """The run as `specforge train` would be configured (offline data source, eagle3 strategy; ``ttt_length``:
+    `training.ttt_length`, else specforge's default)."""
     features_dir = work / "features"  # offline data source of the run; never read (no training step)
     features_dir.mkdir(parents=True, exist_ok=True)
     return {
         "model": {"target_model_path": target.path, "load_target_embedding": True},
         "data": {"hidden_states_path": str(features_dir), "cache_dir": str(work / "cache")},
-        "training": {"strategy": "eagle3", "seed": SEED},
+        "training": {"strategy": "eagle3", "seed": SEED,
+                     **({"ttt_length": ttt_length} if ttt_length is not None else {})},
         "run_id": RUN_ID,
         "output_dir": str(work / "output"),
     }
 
 
-def build(work: Path, target: TinyTarget = LLAMA_TINY) -> dict:
+def build(work: Path, target: TinyTarget = LLAMA_TINY, switches: dict | None = None,
+          ttt_length: int | None = None) -> dict:
     from accelerate.utils import set_seed
     from transformers import AutoConfig
 
@@ -124,7 +133,7 @@ def build(work: Path, target: TinyTarget = LLAMA_TINY) -> dict:
     from specforge.training.model_loading import resolve_draft_config
 
     target_config = AutoConfig.from_pretrained(target.path)
-    run = run_config(work, target)
+    run = run_config(work, target, ttt_length)
     cfg = Config.model_validate(run)
 
     # cli._train: seed first (random, numpy, torch).
@@ -135,6 +144,7 @@ def build(work: Path, target: TinyTarget = LLAMA_TINY) -> dict:
     # specforge's own draft template generated from the target (1 layer), scaled to DRAFT_VOCAB.
     template = resolve_draft_config(cfg, provider=provider.draft_config).to_dict()
     template["draft_vocab_size"] = DRAFT_VOCAB
+    template.update(switches or {})
     draft_config_path = work / "draft_config.json"
     draft_config_path.write_text(json.dumps(template, indent=2, sort_keys=True) + "\n")
     run["model"]["draft_model_config"] = str(draft_config_path)
@@ -210,12 +220,13 @@ REFERENCE_FUNCTIONS = [
 REFERENCE_ATTN = "sdpa"
 
 
-class _Step0Done(Exception):
-    """Raised by the lm_head hook once step 0's logits are recorded (stops before the GPU-only loss)."""
+class _StepsDone(Exception):
+    """Raised by the lm_head hook once the recorded steps' logits are in (stops the rest of the step)."""
 
 
 def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], name: str = "specforge",
-              target: TinyTarget = LLAMA_TINY, out_dir: Path | None = None, path: Path | None = None) -> dict:
+              target: TinyTarget = LLAMA_TINY, out_dir: Path | None = None, path: Path | None = None,
+              ttt_length: int | None = None) -> dict:
     """Step-0 logits of specforge's own training step on the committed export fixtures/drafts/<name> (or
     ``out_dir``, written to ``path``)."""
     out_dir = out_dir or DRAFTS / name
@@ -229,7 +240,7 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], nam
     from specforge.runtime.contracts import TrainBatch
     from specforge.training.model_loading import resolve_draft_config
 
-    run = run_config(work / "reference", target)
+    run = run_config(work / "reference", target, ttt_length)
     run["model"].update(draft_model_config=str(draft_config_path), draft_checkpoint_path=str(out_dir),
                         torch_dtype="float32")
     run["training"]["attention_backend"] = REFERENCE_ATTN
@@ -273,18 +284,27 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], nam
             "position_ids": inputs["positions"][None],
         },
     )
+    steps = min(REFERENCE_STEPS, int(cfg.training.ttt_length))
     captured = []
 
-    def step0(_module, _inputs, out):
+    def record(_module, _inputs, out):
         captured.append(out.detach().clone())
-        raise _Step0Done
+        if len(captured) == steps:
+            raise _StepsDone
 
-    hook = draft_model.lm_head.register_forward_hook(step0)
+    def no_loss(**_kwargs):
+        # The per-step loss and metrics read the logits and feed nothing back into the chain (the next step's
+        # state is set before them); their fused Triton kernel needs a GPU.
+        zero = torch.zeros(())
+        return (zero,) * 7
+
+    model._acc_and_loss = no_loss
+    hook = draft_model.lm_head.register_forward_hook(record)
     try:
         with torch.no_grad():
             strategy.forward_loss(batch)
-        raise RuntimeError("specforge's training step never reached lm_head")
-    except _Step0Done:
+        raise RuntimeError(f"specforge's training step reached lm_head {len(captured)} times, not {steps}")
+    except _StepsDone:
         pass
     finally:
         hook.remove()
@@ -299,9 +319,10 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], nam
         "forward_call": (
             "Eagle3TrainStrategy.forward_loss(TrainBatch(input_ids=[1,T], attention_mask=ones, "
             "loss_mask=ones, hidden_state=[1,T,3H], target=target logits [1,T,V], position_ids=positions[None]))"
-            " under torch.no_grad -> OnlineEagle3Model.forward step 0: project_hidden_states, "
-            "prepare_decoder_attention_mask, embed_input_ids, backbone, compute_logits; logits = output of "
-            "lm_head (hook), shape [1,T,draft_vocab]; the step is stopped there"),
+            " under torch.no_grad -> OnlineEagle3Model.forward: project_hidden_states, "
+            "prepare_decoder_attention_mask, then per TTT step embed_input_ids, backbone, compute_logits; logits = "
+            f"output of lm_head (hook) at steps 0..{steps - 1}, shape [1,T,draft_vocab]; the step is stopped "
+            "there; the per-step loss (_acc_and_loss, a fused Triton kernel) is replaced by zeros"),
         "attn_implementation": (
             f"{REFERENCE_ATTN} (training.attention_backend; specforge's LlamaAttention with cache_hidden: "
             "explicit matmul + additive causal mask + fp32 softmax); LlamaRMSNorm under torch.compile (inductor, CPU)"),
@@ -313,7 +334,8 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], nam
         "aux_layer_ids": json.dumps(list(aux_layer_ids)),
         "ttt_length": str(cfg.training.ttt_length),
     }
-    return write_reference(name, inputs, captured[0][0], metadata, path)
+    step_logits = chain_logits([c[0] for c in captured]) if steps > 1 else None
+    return write_reference(name, inputs, captured[0][0], metadata, path, step_logits=step_logits)
 
 
 def float_dtype(safetensors_file: Path) -> str:
@@ -330,8 +352,8 @@ def float_dtype(safetensors_file: Path) -> str:
 
 def main() -> None:
     os.chdir(REPO_ROOT)  # the targets' paths are relative to the repo root
-    for name, target in BUILDS:
-        build_one(name, target)
+    for name, target, switches, ttt_length in BUILDS:
+        build_one(name, target, switches, ttt_length)
 
 
 def _keep_export(result: dict, out_dir: Path, scratch: str) -> None:
@@ -377,12 +399,13 @@ def build_tiny(scratch: Path, target: TinyTarget, draft: Path, reference_path: P
     return details
 
 
-def build_one(name: str, target: TinyTarget) -> dict:
+def build_one(name: str, target: TinyTarget, switches: dict | None = None, ttt_length: int | None = None) -> dict:
     out_dir = DRAFTS / name
     with tempfile.TemporaryDirectory(prefix="specforge-fixture-") as tmp:
-        result = build(Path(tmp), target)
+        result = build(Path(tmp), target, switches, ttt_length)
         _keep_export(result, out_dir, tmp)
-        ref = reference(Path(tmp), result["draft_config_path"], result["aux_layer_ids"], name, target)
+        ref = reference(Path(tmp), result["draft_config_path"], result["aux_layer_ids"], name, target,
+                        ttt_length=ttt_length)
 
     entry = record_fixture(
         name,
@@ -398,6 +421,8 @@ def build_one(name: str, target: TinyTarget) -> dict:
         functions_called=FUNCTIONS_CALLED,
         load_target_embedding=True,
         reference=ref,
+        **({"config_flags": switches} if switches else {}),
+        **({"ttt_length": ttt_length} if ttt_length else {}),
         **({} if target is LLAMA_TINY else {"target": target.name}),
     )
     print(json.dumps(entry, indent=2))

@@ -52,10 +52,12 @@ from contracts.trainers.common import (
     FIXTURES,
     LLAMA_TINY,
     LLAMA_TINY_HD32,
+    REFERENCE_STEPS,
     REPO_ROOT,
     SEED,
     TinyTarget,
     TrainerAPIChanged,
+    chain_logits,
     record_fixture,
     repo_relative,
     require_parameters,
@@ -380,6 +382,22 @@ def _reload(directory: Path, config):
     return model.to(torch.float32), "Eagle3DraftModel(config, t2d, d2t) + load_state_dict(saved tensors)"
 
 
+def teacher_forced_steps(inputs: dict, fed_ids: list, fed_positions: list) -> int:
+    """How many leading TTT steps the release ran as the engines' chain does, read from what it fed: step k embedded
+    input_ids shifted left by k (the ground-truth token the chain drafts) at positions + k. A release that feeds its
+    own argmax instead (no teacher forcing) keeps step 0 only: its later rows follow tokens no replay can know."""
+    import torch
+
+    ids, pos = inputs["input_ids"], inputs["positions"]
+    t = ids.shape[0]
+    for k, fed in enumerate(fed_ids):
+        same_ids = torch.equal(fed.reshape(-1)[:t - k], ids[k:])
+        same_pos = k < len(fed_positions) and torch.equal(fed_positions[k].reshape(-1)[:t - k], pos[:t - k] + k)
+        if not (same_ids and same_pos):
+            return max(k, 1)
+    return len(fed_ids)
+
+
 def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, directory: Path | None = None,
               path: Path | None = None) -> dict:
     """Step-0 logits of speculators' own training forward on the committed checkpoint fixtures/drafts/<name> (or
@@ -423,8 +441,12 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
     by_document = "document_ids" in inspect.signature(forward).parameters  # 0.7.0 on; before: lengths
     extra = {"document_ids": torch.zeros_like(inputs["input_ids"])[None]} if by_document else \
         {"lengths": torch.tensor([inputs["input_ids"].shape[0]])}
-    captured = []
-    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone()))
+    captured, fed_ids, fed_positions = [], [], []
+    hooks = [model.lm_head.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone())),
+             model.embed_tokens.register_forward_hook(lambda _m, args, _o: fed_ids.append(args[0].detach().clone()))]
+    rotary = getattr(model, "rotary_emb", None)
+    if rotary is not None:  # the positions each step's RoPE is given (hidden, position_ids)
+        hooks.append(rotary.register_forward_hook(lambda _m, args, _o: fed_positions.append(args[1].detach().clone())))
     try:
         with torch.no_grad():
             forward(
@@ -433,12 +455,15 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
                 input_ids=inputs["input_ids"][None],
                 **extra,
                 position_ids=inputs["positions"][None],
-                ttt_steps=1,
+                ttt_steps=REFERENCE_STEPS,
             )
     finally:
-        hook.remove()
-    if len(captured) != 1:
-        raise RuntimeError(f"lm_head ran {len(captured)} times in one TTT step")
+        for hook in hooks:
+            hook.remove()
+    if len(captured) != REFERENCE_STEPS:
+        raise RuntimeError(f"lm_head ran {len(captured)} times in {REFERENCE_STEPS} TTT steps")
+    steps = teacher_forced_steps(inputs, fed_ids, fed_positions)
+    step_logits = chain_logits([c[0] for c in captured[:steps]]) if steps > 1 else None
     functions = REFERENCE_FUNCTIONS if reloaded_by.startswith("Eagle3DraftModel.from_pretrained") else \
         ["speculators.models.eagle3.config.Eagle3SpeculatorConfig.from_pretrained",
          "speculators.models.eagle3.core.Eagle3DraftModel.__init__", "torch.nn.Module.load_state_dict",
@@ -454,8 +479,10 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
         "forward_call": (
             "Eagle3DraftModel.forward(hidden_states=[1,T,3H], input_ids=[1,T], "
             + ("document_ids=zeros[1,T], " if by_document else "lengths=[T], ")
-            + "position_ids=positions[None], ttt_steps=1) under torch.no_grad; no verifier_last_hidden_states, "
-            "so no loss; logits = output of lm_head (hook), shape [1,T,draft_vocab]"),
+            + f"position_ids=positions[None], ttt_steps={REFERENCE_STEPS}) under torch.no_grad; no "
+            "verifier_last_hidden_states, so no loss; logits = output of lm_head (hook) at each TTT step, shape "
+            f"[1,T,draft_vocab]; {steps} step(s) kept: a step is kept when the ids it embedded (hook on "
+            "embed_tokens) are input_ids shifted by the step and its RoPE positions are positions + step"),
         "attn_implementation": attn,
         "dtype": "float32",
         "weights": (f"{repo_relative(directory)}/model.safetensors ({saved_dtype} on disk) reloaded by "
@@ -471,7 +498,7 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
     }
     if convention != AUX_CONVENTION:
         metadata["aux_convention_note"] = convention
-    out = write_reference(name, inputs, captured[0][0], metadata, path)
+    out = write_reference(name, inputs, captured[0][0], metadata, path, step_logits=step_logits)
     out["trained_hidden_states"] = hidden_states
     return out
 

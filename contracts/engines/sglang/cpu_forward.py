@@ -68,21 +68,15 @@ def _run(model, attn, batch, input_ids):
         return model(input_ids, batch.positions, batch)
 
 
-def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=None):
-    """Run ``model`` on one request of ``input_ids`` (prefill/extend), capturing hidden states in full.
-
-    ``spec_hidden_states`` feeds a draft model the target's hidden states, as the EAGLE worker does.
-    Returns SGLang's ``LogitsProcessorOutput``.
-    """
+def _extend_batch(input_ids, locs, spec_hidden_states=None):
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     n = int(input_ids.shape[0])
-    attn, locs = _one_request(hf_config, dtype, n)
     seq = torch.tensor([n], dtype=torch.int32)
     batch = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=1, input_ids=input_ids,
                          req_pool_indices=torch.tensor([0]), seq_lens=seq, seq_lens_cpu=seq.clone(),
-                         out_cache_loc=locs, seq_lens_sum=n, positions=torch.arange(n))
+                         out_cache_loc=locs[:n], seq_lens_sum=n, positions=torch.arange(n))
     batch.extend_prefix_lens = torch.tensor([0], dtype=torch.int32)
     batch.extend_prefix_lens_cpu = [0]
     batch.extend_seq_lens = seq.clone()
@@ -91,7 +85,50 @@ def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=Non
     if spec_hidden_states is not None:
         # The EAGLE worker hands the draft the target's (aux) hidden states through spec_info.hidden_states.
         batch.spec_info = types.SimpleNamespace(hidden_states=spec_hidden_states)
-    return _run(model, attn, batch, input_ids)
+    return batch
+
+
+def _decode_batch(token_id, locs, position: int, spec_hidden_states=None):
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    seq = torch.tensor([position + 1], dtype=torch.int32)
+    batch = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=1, input_ids=token_id,
+                         req_pool_indices=torch.tensor([0]), seq_lens=seq, seq_lens_cpu=seq.clone(),
+                         out_cache_loc=locs[position:position + 1], seq_lens_sum=position + 1,
+                         positions=torch.tensor([position]))
+    if spec_hidden_states is not None:
+        batch.spec_info = types.SimpleNamespace(hidden_states=spec_hidden_states)
+    return batch
+
+
+def extend_forward(model, hf_config, dtype, input_ids, *, spec_hidden_states=None):
+    """Run ``model`` on one request of ``input_ids`` (prefill/extend), capturing hidden states in full.
+
+    ``spec_hidden_states`` feeds a draft model the target's hidden states, as the EAGLE worker does.
+    Returns SGLang's ``LogitsProcessorOutput``.
+    """
+    attn, locs = _one_request(hf_config, dtype, int(input_ids.shape[0]))
+    return _run(model, attn, _extend_batch(input_ids, locs, spec_hidden_states), input_ids)
+
+
+def draft_chain(model, hf_config, dtype, input_ids, aux_hidden, anchor: int, steps: int) -> list:
+    """The draft's steps 0..steps-1 of the chain anchored at ``anchor``, on one KV cache, as SGLang's EAGLE draft
+    worker runs them: step 0 extends over ``input_ids[:anchor+1]`` with the target's aux hidden states; each later
+    step k is one decode-mode forward at position anchor+k that embeds ``input_ids[anchor+k]`` (the token the chain
+    drafted, given as the ground truth a trainer feeds) with what the previous step's ``LogitsProcessorOutput``
+    carries in ``hidden_states`` (the worker's ``spec_info.hidden_states`` for the next step: the model decides
+    which state that is, e.g. ``norm_output``). Returns each step's draft-vocab logits row."""
+    n = anchor + 1
+    attn, locs = _one_request(hf_config, dtype, anchor + steps)
+    out = _run(model, attn, _extend_batch(input_ids[:n], locs, aux_hidden[:n]), input_ids[:n])
+    rows = [out.next_token_logits[-1].float()]
+    for k in range(1, steps):
+        position = anchor + k
+        token = input_ids[position:position + 1]
+        out = _run(model, attn, _decode_batch(token, locs, position, out.hidden_states[-1:]), token)
+        rows.append(out.next_token_logits[-1].float())
+    return rows
 
 
 def decode_forward(model, hf_config, dtype, input_ids):
@@ -106,18 +143,13 @@ def decode_forward(model, hf_config, dtype, input_ids):
     steps take SGLang's absorbed MLA form, which reads exactly that latent.
     """
     import torch
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     n = int(input_ids.shape[0])
     attn, locs = _one_request(hf_config, dtype, n)
     hidden, logits, out = [], [], None
     for i in range(n):
-        seq = torch.tensor([i + 1], dtype=torch.int32)
         ids = input_ids[i:i + 1]
-        batch = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=1, input_ids=ids,
-                             req_pool_indices=torch.tensor([0]), seq_lens=seq, seq_lens_cpu=seq.clone(),
-                             out_cache_loc=locs[i:i + 1], seq_lens_sum=i + 1, positions=torch.tensor([i]))
-        out = _run(model, attn, batch, ids)
+        out = _run(model, attn, _decode_batch(ids, locs, i), ids)
         hidden.append(out.hidden_states)
         logits.append(out.next_token_logits)
     out.hidden_states = None if hidden[0] is None else torch.cat(hidden)

@@ -6,15 +6,20 @@ positions and aux hidden states in SGLang's extend mode on CPU. Both sides compu
 same saved weights, so what remains is math, not rounding. Logits at position t come from the engine's
 own forward over the first t+1 tokens (its logits processor returns the last position), so no part of the
 engine's forward is re-implemented.
+
+Later draft steps (a reference with ``step_logits``): each anchor's chain runs on one KV cache as the EAGLE draft
+worker runs it (``cpu_forward.draft_chain``: decode-mode steps fed the previous step's
+``LogitsProcessorOutput.hidden_states``), with the trainer's ground-truth tokens in place of the drafted ones.
+SGLang's worker itself needs a GPU (``EAGLEWorkerV2``'s draft attention), so its loop is not what runs here.
 """
 
 from __future__ import annotations
 
 
 from contracts.checkpoint import Checkpoint
-from contracts.engines.reference import COMPUTE_DTYPE, read_reference, tolerance
+from contracts.engines.reference import COMPUTE_DTYPE, read_reference, reference_chain, tolerance
 from contracts.engines.sglang.context import engine_version
-from contracts.engines.sglang.cpu_forward import extend_forward
+from contracts.engines.sglang.cpu_forward import draft_chain
 from contracts.engines.sglang.wiring import wire
 from contracts.observations import ForwardObservation
 
@@ -39,14 +44,25 @@ def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservatio
     if hot is None:
         hot = getattr(w.draft, "hot_token_id", None)
     obs.engine_map = hot.tolist() if hot is not None else list(range(draft_vocab))
-    rows = []
+    chain = reference_chain(tensors)
+    steps = 1 + (len(chain) if chain else 0)
+    t_len = int(ids.shape[0])
+    rows, later = [], [[] for _ in range(steps - 1)]
     try:
-        for t in range(1, ids.shape[0] + 1):
-            out = extend_forward(w.draft, w.mc.hf_config, torch.float32, ids[:t], spec_hidden_states=hidden[:t])
-            rows.append(out.next_token_logits[0].float())
+        for anchor in range(t_len):
+            chain_rows = draft_chain(w.draft, w.mc.hf_config, torch.float32, ids, hidden, anchor,
+                                     min(steps, t_len - anchor))
+            rows.append(chain_rows[0])
+            for k, row in enumerate(chain_rows[1:], start=1):
+                later[k - 1].append(row.tolist())
     except Exception as e:
         obs.error = f"{type(e).__name__}: {str(e)[:300]}"
         return obs
+    if chain:
+        obs.reference_chain, obs.engine_chain = chain, later
+        obs.chain_path = ("SGLang's draft model stepped as EagleDraftWorker steps it (decode-mode forwards on one KV "
+                          "cache, each fed the previous step's LogitsProcessorOutput.hidden_states, position +1), "
+                          "ground-truth tokens in place of drafted ones; the worker's own loop needs a GPU")
     eng = torch.stack(rows)
     obs.engine_logits = eng.tolist()
     if eng.shape != ref_logits.shape:
