@@ -10,7 +10,7 @@ run names the function or argument (``TrainerAPIChanged``, one line, exit 2).
     DIR/draft/                        what the trainer saved: the checkpoint an engine loads
     DIR/target/                       the tiny Llama target (8 layers, hidden 64, 2 heads of 32: a head size vLLM's
                                       CPU kernel takes), made by transformers with the fixtures' seed, unless --target
-    DIR/reference.safetensors         the trainer's own step-0 forward on the target's hidden states (forward-parity)
+    DIR/reference.safetensors         the trainer's own forward (step 0, later TTT steps) on the target's hidden states (forward-parity)
     DIR/eagle3-contracts-build.json   trainer, release, functions called, aux ids and the hidden states trained on,
                                       the target ids selected, the bundled fixture whose verdicts it should get
 
