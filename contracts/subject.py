@@ -272,6 +272,38 @@ class Subject:
 
         return mismatched_switches(self, self.config_obs)
 
+    @cached_property
+    def trainer_switches(self) -> tuple[dict, str] | None:
+        """What each EAGLE-3.1 switch means to the trainer (``trainers.common.switch_semantics``, observed on its own
+        forward in its environment) and where that was observed: this checkpoint's reference forward, else the
+        bundled draft of the same trainer that recorded it (its release said); None when no trainer is known."""
+        import json
+
+        from contracts.bundled import manifest
+
+        if self.reference_path is not None and Path(self.reference_path).is_file():
+            from safetensors import safe_open
+
+            try:
+                with safe_open(str(self.reference_path), framework="pt") as f:
+                    meta = dict(f.metadata() or {})
+            except Exception:  # noqa: BLE001  (a malformed reference is forward-parity's to report)
+                meta = {}
+            if meta.get("switch_semantics"):
+                return (json.loads(meta["switch_semantics"]),
+                        f"{meta.get('trainer')} {meta.get('version')} (its reference forward)")
+        trainer = self.trainer_name
+        for _name, entry in sorted(manifest().items()):
+            semantics = (entry.get("reference") or {}).get("switch_semantics")
+            if semantics and entry.get("trainer") == trainer:
+                merged = {}
+                for other in sorted(manifest().values(), key=lambda e: e.get("path", "")):
+                    if other.get("trainer") == trainer and other.get("trainer_version") == entry["trainer_version"]:
+                        merged.update((other.get("reference") or {}).get("switch_semantics") or {})
+                return merged, (f"{trainer} {entry['trainer_version']} (observed when the bundled drafts were built; "
+                                f"the release that trained this draft may differ)")
+        return None
+
     def later_step_switches(self) -> list[str]:
         """Switches the checkpoint sets on whose effect the engine begins at draft step 1 (the state it feeds the
         next step), as the ``config`` contract observed by flipping each."""

@@ -127,3 +127,26 @@ def test_a_switch_that_acts_from_step_1_is_named_in_the_verdict(broken):
     assert result.status in ("pass", "warn"), result
     assert result.evidence["switches"]["norm_output"]["first_acts_at_step"] == 1
     assert "norm_output acts from draft step 1 on" in result.summary
+
+
+def test_a_switch_the_trainer_reads_otherwise_is_a_warning_naming_both_meanings(tmp_path):
+    """SpecForge 0.2.0's norm_output is its final norm before lm_head (the state fed on stays raw); SGLang's feeds the
+    normalised state on. A published SpecForge EAGLE-3.1 draft (a copy: no reference, trainer guessed from midlayer.*)
+    is warned with both meanings, observed on each side's own forward."""
+    from tests.conftest import FIXTURES, make_copy
+
+    path = make_copy(FIXTURES / "drafts" / "specforge-eagle31-hd32", tmp_path / "published")
+    result = judge_contract("config", path, FIXTURES / "targets" / "llama-tiny-hd32")
+    assert result.status == "warn", result
+    assert "norm_output means something else to specforge 0.2.0 than to SGLang 0.5.23" in result.summary
+    trainer = result.evidence["trainer_switch_semantics"]
+    assert trainer["norm_output"]["step_0_change"] > 0 and trainer["norm_output"]["fed_back_state_change"] == 0
+    assert "observed when the bundled drafts were built" in trainer["source"]
+    assert "fc_norm" not in trainer  # fc_norm means the same on both sides
+
+
+def test_switches_the_trainer_reads_as_the_engine_does_are_not_warned():
+    """speculators' norm_output and norm_before_fc change what SGLang's change (observed in speculators' forward)."""
+    result = judge(DRAFTS["speculators-default"])
+    assert result.evidence["switches"]["norm_output"]["honoured"]
+    assert "means something else" not in result.summary

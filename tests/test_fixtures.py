@@ -97,7 +97,8 @@ def test_reference_forward_is_committed_with_its_draft(name):
     vocab = len(entry["selected_target_ids"])
     # each trainer's TTT steps: three recorded (two where the draft was trained for two)
     steps = entry.get("ttt_length", 3)
-    want = {**REFERENCE_TENSORS, "logits": ("torch.float32", [8, vocab]), "step_logits": ("torch.float32", [steps, 8, vocab])}
+    want = {**REFERENCE_TENSORS, "logits": ("torch.float32", [8, vocab]),
+            "step_logits": ("torch.float32", [steps, 8, vocab])}
     assert {k: (str(t.dtype), list(t.shape)) for k, t in tensors.items()} == want
     chain = tensors["step_logits"]
     assert torch.equal(chain[0], tensors["logits"]) and meta["steps"] == str(steps)
@@ -160,3 +161,14 @@ def test_model_optimizer_saves_d2t_in_frequency_order_and_no_t2d():
     assert sorted(selected) == MANIFEST["specforge"]["selected_target_ids"]  # the same 64 ids as the others
     assert "d2t" not in set(safe_open(str(REPO / MANIFEST["modelopt-default-hd32"]["path"] / "model.safetensors"),
                                       framework="pt").keys())
+
+
+def test_each_trainer_records_what_its_switches_mean():
+    """Observed on each trainer's own forward (flipped on the same weights): SpecForge's norm_output changes the
+    step-0 logits only (the final norm before lm_head), speculators' only the state fed to the next step."""
+    specforge = MANIFEST["specforge-eagle31-hd32"]["reference"]["switch_semantics"]
+    assert specforge["norm_output"]["step_0_change"] > 0 and specforge["norm_output"]["fed_back_state_change"] == 0
+    assert specforge["fc_norm"]["first_acts_at_step"] == 0
+    speculators = MANIFEST["speculators-train"]["reference"]["switch_semantics"]
+    assert speculators["norm_output"]["step_0_change"] == 0 and speculators["norm_output"]["fed_back_state_change"] > 0
+    assert speculators["norm_before_residual"]["first_acts_at_step"] == 0

@@ -391,6 +391,13 @@ def test_specforges_eagle31_draft_diverges_at_step_1_on_vllm(tmp_path):
     assert judge("forward-parity", fixed, target=HD32_TARGET, reference_path=reference).status == "pass"
 
 
+def test_norm_output_read_otherwise_by_specforge_is_warned_on_vllm(tmp_path):
+    published = make_copy(FIXTURES / "drafts" / "specforge-eagle31-hd32", tmp_path / "published")
+    result = judge("config", published, target=HD32_TARGET)
+    assert result.status == "warn" and "norm_output means something else to specforge 0.2.0 than to vLLM" in \
+        result.summary
+
+
 def test_the_replayed_steps_are_the_v1_proposers_own_loop():
     """vLLM's real serving loop on a CPU (LLM.generate, V1 EagleProposer.propose) against the replay forward-parity
     runs, on the same loaded draft, for the draft whose fed-back state matters (norm_output)."""

@@ -90,6 +90,13 @@ def check_config(subject) -> Result:
             ev["switches"][key]["note"] = (f"ignored, but the engine always computes the {key}: {json.dumps(fixed)} "
                                            f"math the draft set")
 
+    for text in _other_meanings(subject, obs, label, ev):
+        warnings.append(text)
+        own.append((text, "serve without the key if the engine's default computes the trainer's meaning, or retrain "
+                          "with the engine's; forward-parity against the trainer's reference (build-tiny) shows "
+                          "which math the engine computes"))
+        warn_fixes.append(own[-1][1])
+
     vocab, draft_vocab = flat.get("vocab_size"), flat.get("draft_vocab_size")
     if isinstance(vocab, int) and isinstance(draft_vocab, int) and draft_vocab > vocab:
         problems.append(f"draft_vocab_size {draft_vocab} is above vocab_size {vocab}")
@@ -148,6 +155,34 @@ def check_config(subject) -> Result:
     honoured = [k for k, s in obs.switches.items() if s["honoured"]]
     return Result("config", PASS, f"dispatches to {obs.draft_class}; switches honoured: {honoured or 'none set'}; "
                   f"sizes agree with the target" + _from_step_1(obs), ev)
+
+
+def _acts(effect: dict) -> str:
+    step_0, fed = effect.get("step_0_change", 0) > 0, effect.get("fed_back_state_change", 0) > 0
+    return ("changes the step-0 logits and the state fed to the next step" if step_0 and fed else
+            "changes the step-0 logits only (the state fed to the next step is the same either way)" if step_0 else
+            "changes only the state fed to the next step (from draft step 1 on)" if fed else "changes nothing")
+
+
+def _other_meanings(subject, obs, label: str, ev: dict) -> list[str]:
+    """Switches the engine honours that mean something else to the trainer: flipping each on the same weights
+    changes other things in the trainer's forward (observed in its environment) than in the engine's. SpecForge
+    0.2.0's ``norm_output`` is its final norm before ``lm_head`` and leaves the state fed on raw; the engines'
+    feeds the normalised state on: both honour a key they read differently, and only later steps show it."""
+    known = subject.trainer_switches
+    if known is None:
+        return []
+    semantics, source = known
+    out = []
+    for key, engine in obs.switches.items():
+        trainer = semantics.get(key)
+        if not trainer or not engine.get("honoured") or "step_0_change" not in engine:
+            continue
+        if _acts(trainer) != _acts(engine):
+            ev.setdefault("trainer_switch_semantics", {"source": source})[key] = trainer
+            out.append(f"{key} means something else to {source.split(' (')[0]} than to {label}: flipped on the same "
+                       f"weights, there it {_acts(trainer)}, here it {_acts(engine)} (trainer side: {source})")
+    return out
 
 
 def switches_from_step_1(obs) -> list[str]:

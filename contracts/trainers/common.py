@@ -235,6 +235,32 @@ def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarg
     return tensors, metadata
 
 
+class StopForward(Exception):
+    """Raised by a hook once what a trainer's forward was run for is recorded (the rest of its step is not needed)."""
+
+
+def switch_semantics(run, flips: dict) -> dict:
+    """What each EAGLE-3.1 switch means to the trainer, observed on its own forward with the same weights: ``run()``
+    returns (the step-0 logits, the state the trainer feeds its step 1); ``flips`` maps a switch to (the draft's
+    value, a function that flips it, one that restores it). The same record the engines' ``config`` observation
+    makes, so the two meanings can be compared: a switch may change the step-0 logits, the state fed to the next
+    step, or both (SpecForge 0.2.0's ``norm_output`` normalises before ``lm_head`` only; the engines' feeds the
+    normalised state on)."""
+    base_logits, base_fed = run()
+    out = {}
+    for key, (value, flip, restore) in flips.items():
+        flip()
+        try:
+            logits, fed = run()
+        finally:
+            restore()
+        step_0 = float((logits - base_logits).abs().max())
+        fed_back = float((fed - base_fed).abs().max())
+        out[key] = {"value": value, "step_0_change": step_0, "fed_back_state_change": fed_back,
+                    "first_acts_at_step": 0 if step_0 > 0 else 1 if fed_back > 0 else None}
+    return out
+
+
 def chain_logits(per_step: list, shift_rows: bool = False):
     """``step_logits`` [K, T, V] from the K logits tensors [T(+k), V] a trainer's TTT forward produced, one per
     step, rows past the ground truth set to NaN. ``shift_rows``: the trainer writes step k of the chain anchored at
@@ -250,10 +276,10 @@ def chain_logits(per_step: list, shift_rows: bool = False):
 
 
 def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str], path: Path | None = None,
-                    step_logits=None) -> dict:
+                    step_logits=None, switches: dict | None = None) -> dict:
     """Write fixtures/references/<name>.safetensors, or ``path`` (the reference inputs, the trainer's step-0
-    logits and, for a multi-step reference, ``step_logits`` of ``chain_logits``) and return the manifest's
-    "reference" field.
+    logits and, for a multi-step reference, ``step_logits`` of ``chain_logits``; ``switches``: the trainer's
+    ``switch_semantics``) and return the manifest's "reference" field.
 
     safetensors writes its `__metadata__` map in a per-process random order; the header is rewritten
     with the keys sorted (same length, same tensors) so a rebuild is byte-identical."""
@@ -268,6 +294,8 @@ def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str], p
             raise ValueError("step_logits[0] must be the step-0 logits")
         tensors["step_logits"] = step_logits.float().contiguous()
         metadata = {**metadata, "steps": str(step_logits.shape[0]), "step_alignment": STEP_ALIGNMENT}
+    if switches:
+        metadata = {**metadata, "switch_semantics": json.dumps(switches, sort_keys=True)}
     if not all(isinstance(v, str) and v.isascii() for v in metadata.values()):
         raise ValueError("reference metadata must be ASCII strings")
     data = bytearray(save(tensors, metadata=metadata))
@@ -289,4 +317,5 @@ def write_reference(name: str, inputs: dict, logits, metadata: dict[str, str], p
         "functions_called": json.loads(metadata["functions_called"]),
         "attn_implementation": metadata["attn_implementation"],
         "dtype": metadata["dtype"],
+        **({"switch_semantics": switches} if switches else {}),
     }

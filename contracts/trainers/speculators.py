@@ -55,12 +55,14 @@ from contracts.trainers.common import (
     REFERENCE_STEPS,
     REPO_ROOT,
     SEED,
+    StopForward,
     TinyTarget,
     TrainerAPIChanged,
     chain_logits,
     record_fixture,
     repo_relative,
     require_parameters,
+    switch_semantics,
     target_reference_inputs,
     token_frequencies,
     write_reference,
@@ -382,6 +384,54 @@ def _reload(directory: Path, config):
     return model.to(torch.float32), "Eagle3DraftModel(config, t2d, d2t) + load_state_dict(saved tensors)"
 
 
+def _switch_semantics(model, forward, inputs: dict, extra: dict) -> dict:
+    """speculators' own meaning of each EAGLE-3.1 switch the draft has (``common.switch_semantics``): flipped where
+    the release's forward reads it (the config's ``norm_output``, the first layer's ``norm_before_residual``; the
+    ``input_norm`` / ``fc_norm`` modules off when present), on the same weights."""
+    import torch
+
+    hidden = int(model.embed_tokens.weight.shape[-1])
+
+    def run():
+        got = {"layer_calls": 0}
+
+        def head(_m, _i, out):
+            got.setdefault("logits", out.detach().clone())
+
+        def layer(_m, args, kwargs):
+            got["layer_calls"] += 1
+            if got["layer_calls"] == 2:  # step 1's first layer: cat(embeds, the state fed back)
+                states = args[0] if args else kwargs["hidden_states"]
+                got["fed"] = states[..., -hidden:].detach().clone()
+                raise StopForward
+
+        hooks = [model.lm_head.register_forward_hook(head),
+                 model.layers[0].register_forward_pre_hook(layer, with_kwargs=True)]
+        try:
+            with torch.no_grad():
+                forward(model, hidden_states=inputs["hidden_states"][None], input_ids=inputs["input_ids"][None],
+                        **extra, position_ids=inputs["positions"][None], ttt_steps=2)
+        except StopForward:
+            pass
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return got["logits"][0], got["fed"][0]
+
+    flips = {}
+    config, first = model.config, model.layers[0]
+    for key, owner in (("norm_output", config), ("norm_before_residual", first)):
+        if isinstance(getattr(owner, key, None), bool):
+            value = getattr(owner, key)
+            flips[key] = (value, lambda o=owner, k=key, v=value: setattr(o, k, not v),
+                          lambda o=owner, k=key, v=value: setattr(o, k, v))
+    for key, attr in (("norm_before_fc", "input_norm"), ("fc_norm", "fc_norm")):
+        module = getattr(model, attr, None)
+        if module is not None:
+            flips[key] = (True, lambda a=attr: setattr(model, a, None), lambda a=attr, m=module: setattr(model, a, m))
+    return switch_semantics(run, flips)
+
+
 def teacher_forced_steps(inputs: dict, fed_ids: list, fed_positions: list) -> int:
     """How many leading TTT steps the release ran as the engines' chain does, read from what it fed: step k embedded
     input_ids shifted left by k (the ground-truth token the chain drafts) at positions + k. A release that feeds its
@@ -464,6 +514,10 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
         raise RuntimeError(f"lm_head ran {len(captured)} times in {REFERENCE_STEPS} TTT steps")
     steps = teacher_forced_steps(inputs, fed_ids, fed_positions)
     step_logits = chain_logits([c[0] for c in captured[:steps]]) if steps > 1 else None
+    try:  # auxiliary to the reference: a release whose model lacks these seams records none
+        switches = _switch_semantics(model, forward, inputs, extra) if steps > 1 else None
+    except (AttributeError, IndexError, KeyError, TypeError):
+        switches = None
     functions = REFERENCE_FUNCTIONS if reloaded_by.startswith("Eagle3DraftModel.from_pretrained") else \
         ["speculators.models.eagle3.config.Eagle3SpeculatorConfig.from_pretrained",
          "speculators.models.eagle3.core.Eagle3DraftModel.__init__", "torch.nn.Module.load_state_dict",
@@ -498,7 +552,7 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
     }
     if convention != AUX_CONVENTION:
         metadata["aux_convention_note"] = convention
-    out = write_reference(name, inputs, captured[0][0], metadata, path, step_logits=step_logits)
+    out = write_reference(name, inputs, captured[0][0], metadata, path, step_logits=step_logits, switches=switches)
     out["trained_hidden_states"] = hidden_states
     return out
 
