@@ -83,6 +83,20 @@ def test_strict_turns_warnings_into_exit_1(capsys, broken):
     assert code == 1
 
 
+def test_check_on_a_bundled_draft_judges_it_with_its_trainers_reference_and_names_the_diverging_step(capsys):
+    """`check DIR` on a bundled example is the example as `--examples` judges it: SpecForge's two-step EAGLE-3.1
+    draft, step 0 equal to training, step 1 not (without --target: the example's own)."""
+    from tests.conftest import FIXTURES
+
+    code, out, _ = run_cli(capsys, "check", FIXTURES / "drafts" / "specforge-eagle31-hd32", "--only",
+                           "forward-parity", "--format", "json")
+    assert code == 1
+    (result,) = json.loads(out)["results"]
+    assert result["evidence"]["reference"].endswith("fixtures/references/specforge-eagle31-hd32.safetensors")
+    assert result["evidence"]["first_diverging_step"] == 1 and "draft step 1 diverges from training" in \
+        result["summary"]
+
+
 def test_examples_prints_a_table_of_every_bundled_draft(capsys):
     code, out, _ = run_cli(capsys, "check", "--examples")
     assert code == 0
