@@ -8,6 +8,8 @@
     eagle3-contracts convert --to sglang|vllm SRC DST --target DIR [--engine E==X] [--trainer T] [--verbatim]
     eagle3-contracts build-tiny --trainer speculators|specforge|modelopt --out DIR [--target DIR]
                                 (a tiny draft built by the trainer release installed here; `check DIR` judges it)
+    eagle3-contracts accept DRAFT --target DIR [--engine vllm==X] [--tokens 3] [--prompts N] [--temperature T]
+                            [--format text|json] [--output FILE]   (acceptance on vLLM's own serving loop, CPU)
 
 Exit codes: 0 every contract holds (warnings allowed unless --strict; for matrix: at least one engine serves
 the draft as trained; for convert: the engine serves DST as trained), 1 a contract fails (matrix: no engine
@@ -77,6 +79,21 @@ def _parser() -> argparse.ArgumentParser:
                                     "made by transformers into DIR/target)")
     b.add_argument("--no-reference", action="store_true",
                    help="skip the trainer's reference forward (forward-parity is then not judged)")
+    a = sub.add_parser("accept", help="serve the target with the draft on vLLM's own speculative decoding loop (CPU) "
+                                      "and report the measured acceptance")
+    a.add_argument("draft", help="draft checkpoint directory")
+    a.add_argument("--target", required=True, help="target model directory, with its weights")
+    a.add_argument("--engine", default="vllm", help="vllm (its pinned CPU build) or vllm==VERSION (a release with a "
+                                                    "CPU build)")
+    a.add_argument("--runner", choices=("v1", "v2"), help="vLLM model runner; a CPU serves with V1 only")
+    a.add_argument("--tokens", type=int, default=3, help="speculative tokens per round (default 3)")
+    a.add_argument("--prompts", type=int, default=4, help="number of fixed prompts (default 4)")
+    a.add_argument("--max-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
+    a.add_argument("--temperature", type=float, default=0.0,
+                   help="0 (greedy, default) or e.g. 1: the engine's own rejection sampler then compares the "
+                        "draft's distribution with the target's")
+    a.add_argument("--format", choices=("text", "json"), default="text")
+    a.add_argument("--output", help="write the report to FILE instead of stdout")
     v = sub.add_parser("convert", help="write the copy of a draft that an engine release serves as trained, and "
                                        "judge that copy with every contract")
     v.add_argument("--to", choices=("sglang", "vllm"), help="the engine to serve with (default: --engine's)")
@@ -308,6 +325,28 @@ def _run_build_tiny(args) -> int:
     return 0
 
 
+def _run_accept(args) -> int:
+    from contracts.accept import AcceptUnavailable, ServingRefused, measure, render_text
+
+    if args.tokens < 1 or args.prompts < 1 or args.max_tokens < 1 or args.temperature < 0:
+        raise UsageError("accept: --tokens, --prompts and --max-tokens must be at least 1, --temperature at least 0")
+    engine = _with_runner(args.engine, args.runner)
+    _check_engine(engine)
+    _guard_output(args.output, [Path(args.draft), Path(args.target)])
+    try:
+        result = measure(args.draft, args.target, engine=engine, tokens=args.tokens, prompts=args.prompts,
+                         max_tokens=args.max_tokens, temperature=args.temperature)
+    except AcceptUnavailable as e:
+        raise UsageError(str(e)) from None
+    except ServingRefused as e:
+        print(f"eagle3-contracts: {e}", file=sys.stderr)
+        return 1
+    import json
+
+    _emit(json.dumps(result, indent=2) + "\n" if args.format == "json" else render_text(result), args.output)
+    return 0
+
+
 def main(argv=None) -> int:
     from contracts.engines import close_all
     from contracts.engines.environments import EnvironmentBuildError
@@ -316,7 +355,7 @@ def main(argv=None) -> int:
     try:
         args = _parser().parse_args(argv)
         return {"check": _run_check, "matrix": _run_matrix, "convert": _run_convert,
-                "build-tiny": _run_build_tiny}[args.command](args)
+                "build-tiny": _run_build_tiny, "accept": _run_accept}[args.command](args)
     except (InputError, UsageError, EnvironmentBuildError, WorkerError) as e:
         print(f"eagle3-contracts: error: {e}", file=sys.stderr)
         return 2

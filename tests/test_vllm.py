@@ -437,3 +437,35 @@ def test_nothing_is_written_into_the_checkpoint(tmp_path):
 def test_an_engine_refusal_crosses_the_worker(broken):
     result = judge("config", broken("specforge", config={"architectures": ["NoSuchEagle3"], "model_type": DELETE}))
     assert result.status == "fail"
+
+
+# --- accept: acceptance on vLLM's own serving loop ----------------------------------------------------------
+
+def test_accept_measures_on_vllms_own_loop_and_says_which_runner(capsys, tmp_path):
+    out = tmp_path / "accept.json"
+    code = main(["accept", str(HD32["specforge"]), "--target", str(HD32_TARGET), "--prompts", "2", "--max-tokens", "16",
+                 "--format", "json", "--output", str(out)])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads(out.read_text())
+    assert (result["engine"], result["runner"], result["model_runner"]) == (
+        {"name": "vllm", "version": "0.32.0"}, "v1", "CPUModelRunner")
+    assert result["rounds"] > 0 and result["draft_tokens"] == 3 * result["rounds"]
+    assert result["mean_acceptance_length"] == 1 + result["accepted_tokens"] / result["rounds"]
+    assert len(result["acceptance_rate_per_position"]) == 3 and result["generated_tokens"] == 2 * 16
+
+
+def test_accept_reports_the_engines_refusal_as_a_finding(capsys, broken):
+    path = broken("specforge-hd32", replace={"fc.weight": torch.zeros(H, 2 * H, dtype=torch.bfloat16)})
+    code = main(["accept", str(path), "--target", str(HD32_TARGET), "--prompts", "1", "--max-tokens", "4"])
+    err = capsys.readouterr().err
+    assert code == 1 and "did not serve the draft: AssertionError: Tried to load weights of size" in err
+
+
+@pytest.mark.parametrize("args,why", [(["--engine", "sglang"], "SGLang's serving loop does not run on a CPU"),
+                                      (["--runner", "v2"], "Model Runner V2"),
+                                      (["--tokens", "0"], "at least 1"),
+                                      (["--target", "/nonexistent/target"], "no such directory")])
+def test_accept_refuses_what_a_cpu_cannot_serve_in_one_line(capsys, args, why):
+    code = main(["accept", str(HD32["specforge"]), "--target", str(HD32_TARGET), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and why in err and len(err.strip().splitlines()) == 1

@@ -36,6 +36,27 @@ def _abs(path) -> str | None:
     return None if path is None else str(Path(path).resolve())
 
 
+def _package_only() -> tuple[str, dict]:
+    """A private directory holding a link to this package, and the environment that puts only it on another
+    environment's path: never the directory it is installed in, whose other packages belong to this environment."""
+    scratch = tempfile.mkdtemp(prefix="eagle3-contracts-worker-")
+    os.symlink(Path(contracts.__file__).resolve().parent, Path(scratch) / "contracts")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(PYTHONPATH=scratch, PYTHONNOUSERSITE="1")
+    return scratch, env
+
+
+def run_module(python, module: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` in another release's environment with this package on its path (a one-shot job,
+    e.g. vLLM's serving loop, which sets up process-wide state no worker should share)."""
+    scratch, env = _package_only()
+    try:
+        return subprocess.run([str(python), "-m", module, *args], capture_output=True, text=True, env=env,
+                              cwd=scratch, timeout=timeout)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 class WorkerError(RuntimeError):
     """The worker died or answered something that is not the protocol (a bug or a broken environment)."""
 
@@ -86,13 +107,8 @@ class WorkerEngine:
             raise self._failed
         if self._proc is not None:
             return
-        # Only this package goes on the worker's path (a link to it in a private directory): never the
-        # directory it is installed in, whose other packages belong to this environment, not the worker's.
-        self._scratch = tempfile.mkdtemp(prefix="eagle3-contracts-worker-")
-        os.symlink(Path(contracts.__file__).resolve().parent, Path(self._scratch) / "contracts")
+        self._scratch, env = _package_only()
         self._log = open(Path(self._scratch) / "stderr.log", "w+")  # noqa: SIM115  (kept for the worker's life)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-        env.update(PYTHONPATH=self._scratch, PYTHONNOUSERSITE="1")
         self._proc = subprocess.Popen([str(self.python), "-m", "contracts.engines.worker", self.adapter], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
                                       cwd=self._scratch)

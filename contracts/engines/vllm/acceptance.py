@@ -1,0 +1,86 @@
+"""Acceptance measured on vLLM's own speculative decoding loop on a CPU: ``LLM.generate`` serving the target with the
+draft as its EAGLE-3 speculator, and vLLM's own speculative-decoding counters (``LLM.get_metrics``).
+
+Serves ``accept``: the number the contracts predict, measured (a draft every contract passes should be accepted;
+one that fails a root-cause contract serves an accept length near 1.00). vLLM's CPU build runs the V1 model runner
+(Model Runner V2's batch preparation and speculator kernels are Triton-only), so the loop measured is V1's
+``EagleProposer`` with its rejection sampler. Run in the vLLM environment as its own process (the engine core
+in-process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
+
+    python -m contracts.engines.vllm.acceptance DRAFT_DIR TARGET_DIR JSON_OPTIONS   (one JSON line on stdout)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+
+KV_CACHE_BYTES = 256 * 1024 * 1024  # else the CPU worker reserves 92% of host memory
+PROMPT_TOKENS = 16
+SEED = 20261130
+
+
+def prompts(vocab_size: int, n: int, length: int = PROMPT_TOKENS, seed: int = SEED) -> list[list[int]]:
+    """``n`` fixed prompts of target-vocab ids (stdlib random, so every environment draws the same ones)."""
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab_size) for _ in range(length)] for _ in range(n)]
+
+
+def _counters(metrics) -> dict:
+    """vLLM's speculative-decoding counters from ``LLM.get_metrics()`` (Counter / Vector objects by name)."""
+    out = {}
+    for m in metrics:
+        name = getattr(m, "name", "")
+        if not name.startswith("vllm:spec_decode_"):
+            continue
+        key = name.removeprefix("vllm:spec_decode_")
+        out[key] = list(m.values) if hasattr(m, "values") else getattr(m, "value", None)
+    return out
+
+
+def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int = 4, max_tokens: int = 64,
+            temperature: float = 0.0) -> dict:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    start = time.perf_counter()
+    llm = LLM(model=target_dir, skip_tokenizer_init=True, dtype="float32", max_model_len=PROMPT_TOKENS + max_tokens + 8,
+              enforce_eager=True, seed=SEED, disable_log_stats=False, max_num_seqs=max(1, n_prompts),
+              speculative_config={"method": "eagle3", "model": draft_dir, "num_speculative_tokens": tokens},
+              kv_cache_memory_bytes=KV_CACHE_BYTES)
+    built = time.perf_counter()
+    vocab = int(llm.llm_engine.model_config.get_vocab_size())
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, seed=SEED)
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts(vocab, n_prompts)], params,
+                           use_tqdm=False)
+    done = time.perf_counter()
+    counters = _counters(llm.get_metrics())
+    drafts = int(counters.get("num_drafts") or 0)
+    accepted = int(counters.get("num_accepted_tokens") or 0)
+    per_pos = [int(x) for x in counters.get("num_accepted_tokens_per_pos") or []]
+    runner = type(llm.llm_engine.model_executor.driver_worker.worker.model_runner).__name__ \
+        if hasattr(llm.llm_engine, "model_executor") else None
+    return {
+        "mean_acceptance_length": (1 + accepted / drafts) if drafts else None,
+        "acceptance_rate_per_position": [a / drafts for a in per_pos] if drafts else [],
+        "rounds": drafts, "draft_tokens": int(counters.get("num_draft_tokens") or 0), "accepted_tokens": accepted,
+        "generated_tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
+        "num_speculative_tokens": tokens, "prompts": n_prompts, "prompt_tokens": PROMPT_TOKENS,
+        "max_tokens": max_tokens, "temperature": temperature, "model_runner": runner,
+        "seconds_build": round(built - start, 2), "seconds_generate": round(done - built, 2),
+    }
+
+
+def main(argv: list[str]) -> int:
+    draft_dir, target_dir, options = argv
+    result = measure(draft_dir, target_dir, **json.loads(options))
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
