@@ -401,16 +401,13 @@ def test_norm_output_read_otherwise_by_specforge_is_warned_on_vllm(tmp_path):
 def test_the_replayed_steps_are_the_v1_proposers_own_loop():
     """vLLM's real serving loop on a CPU (LLM.generate, V1 EagleProposer.propose) against the replay forward-parity
     runs, on the same loaded draft, for the draft whose fed-back state matters (norm_output)."""
-    import subprocess
-
     from contracts.engines.environments import environment_for
+    from contracts.engines.remote import run_module
     from contracts.trainers.common import reference_prompt
 
-    python = environment_for("vllm", "0.32.0")
     prompt = ",".join(map(str, reference_prompt(512)[:8]))
-    done = subprocess.run([str(python), "-m", "contracts.engines.vllm.draft_loop",
-                           str(FIXTURES / "drafts" / "specforge-eagle31-hd32"), str(HD32_TARGET), prompt, "3"],
-                          capture_output=True, text=True, timeout=600, cwd=FIXTURES.parent)
+    done = run_module(environment_for("vllm", "0.32.0"), "contracts.engines.vllm.draft_loop",
+                      str(FIXTURES / "drafts" / "specforge-eagle31-hd32"), str(HD32_TARGET), prompt, "3", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     loop = json.loads(done.stdout.strip().splitlines()[-1])
     assert loop["proposer"] == "EagleProposer" and len(loop["drafts"]) == 3
