@@ -239,6 +239,34 @@ class StopForward(Exception):
     """Raised by a hook once what a trainer's forward was run for is recorded (the rest of its step is not needed)."""
 
 
+def step_0_and_fed_state(head, first_layer, forward, fed_state) -> tuple:
+    """Run a trainer's TTT forward (``forward()``, under no_grad) up to its step 1: the step-0 logits (``head``'s first
+    output) and the state the trainer feeds step 1 (``fed_state(args, kwargs)`` of ``first_layer``'s second call)."""
+    import torch
+
+    got = {"layer_calls": 0}
+
+    def on_head(_m, _i, out):
+        got.setdefault("logits", out.detach().clone())
+
+    def on_layer(_m, args, kwargs):
+        got["layer_calls"] += 1
+        if got["layer_calls"] == 2:
+            got["fed"] = fed_state(args, kwargs).detach().clone()
+            raise StopForward
+
+    hooks = [head.register_forward_hook(on_head), first_layer.register_forward_pre_hook(on_layer, with_kwargs=True)]
+    try:
+        with torch.no_grad():
+            forward()
+    except StopForward:
+        pass
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return got["logits"][0], got["fed"][0]
+
+
 def switch_semantics(run, flips: dict) -> dict:
     """What each EAGLE-3.1 switch means to the trainer, observed on its own forward with the same weights: ``run()``
     returns (the step-0 logits, the state the trainer feeds its step 1); ``flips`` maps a switch to (the draft's

@@ -51,11 +51,11 @@ from contracts.trainers.common import (
     REFERENCE_STEPS,
     REPO_ROOT,
     SEED,
-    StopForward,
     TinyTarget,
     chain_logits,
     record_fixture,
     repo_relative,
+    step_0_and_fed_state,
     switch_semantics,
     target_reference_inputs,
     token_frequencies,
@@ -344,31 +344,10 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], nam
 def _switch_semantics(draft_model, strategy, batch) -> dict:
     """specforge's own meaning of its EAGLE-3.1 switches (``common.switch_semantics``): ``norm_output`` flipped
     where ``compute_logits`` reads it, ``fc_norm`` off when the draft has it, on the same weights and training step."""
-    import torch
 
-    def run():
-        got = {"layer_calls": 0}
-
-        def head(_m, _i, out):
-            got.setdefault("logits", out.detach().clone())
-
-        def layer(_m, _args, kwargs):
-            got["layer_calls"] += 1
-            if got["layer_calls"] == 2:  # step 1's layer: the state fed back
-                got["fed"] = kwargs["hidden_states"].detach().clone()
-                raise StopForward
-
-        hooks = [draft_model.lm_head.register_forward_hook(head),
-                 draft_model.midlayer.register_forward_pre_hook(layer, with_kwargs=True)]
-        try:
-            with torch.no_grad():
-                strategy.forward_loss(batch)
-        except StopForward:
-            pass
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return got["logits"][0], got["fed"][0]
+    def run():  # step 1's layer receives the state fed back as hidden_states
+        return step_0_and_fed_state(draft_model.lm_head, draft_model.midlayer, lambda: strategy.forward_loss(batch),
+                                    lambda _args, kwargs: kwargs["hidden_states"])
 
     value = bool(draft_model.norm_output)
     flips = {"norm_output": (value, lambda: setattr(draft_model, "norm_output", not value),

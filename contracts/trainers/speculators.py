@@ -55,13 +55,13 @@ from contracts.trainers.common import (
     REFERENCE_STEPS,
     REPO_ROOT,
     SEED,
-    StopForward,
     TinyTarget,
     TrainerAPIChanged,
     chain_logits,
     record_fixture,
     repo_relative,
     require_parameters,
+    step_0_and_fed_state,
     switch_semantics,
     target_reference_inputs,
     token_frequencies,
@@ -388,35 +388,14 @@ def _switch_semantics(model, forward, inputs: dict, extra: dict) -> dict:
     """speculators' own meaning of each EAGLE-3.1 switch the draft has (``common.switch_semantics``): flipped where
     the release's forward reads it (the config's ``norm_output``, the first layer's ``norm_before_residual``; the
     ``input_norm`` / ``fc_norm`` modules off when present), on the same weights."""
-    import torch
-
     hidden = int(model.embed_tokens.weight.shape[-1])
 
-    def run():
-        got = {"layer_calls": 0}
-
-        def head(_m, _i, out):
-            got.setdefault("logits", out.detach().clone())
-
-        def layer(_m, args, kwargs):
-            got["layer_calls"] += 1
-            if got["layer_calls"] == 2:  # step 1's first layer: cat(embeds, the state fed back)
-                states = args[0] if args else kwargs["hidden_states"]
-                got["fed"] = states[..., -hidden:].detach().clone()
-                raise StopForward
-
-        hooks = [model.lm_head.register_forward_hook(head),
-                 model.layers[0].register_forward_pre_hook(layer, with_kwargs=True)]
-        try:
-            with torch.no_grad():
-                forward(model, hidden_states=inputs["hidden_states"][None], input_ids=inputs["input_ids"][None],
-                        **extra, position_ids=inputs["positions"][None], ttt_steps=2)
-        except StopForward:
-            pass
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return got["logits"][0], got["fed"][0]
+    def run():  # step 1's first layer receives cat(embeds, the state fed back)
+        return step_0_and_fed_state(
+            model.lm_head, model.layers[0],
+            lambda: forward(model, hidden_states=inputs["hidden_states"][None], input_ids=inputs["input_ids"][None],
+                            **extra, position_ids=inputs["positions"][None], ttt_steps=2),
+            lambda args, kwargs: (args[0] if args else kwargs["hidden_states"])[..., -hidden:])
 
     flips = {}
     config, first = model.config, model.layers[0]
