@@ -227,6 +227,12 @@ def test_the_kimi_k25_target_captures_the_trained_layers_on_vllm():
     assert result.evidence["engine_hf_hidden_states"] == [2, 4, 5] and result.evidence["evidence"] == "observed"
 
 
+def test_a_rope_difference_is_a_warning_whose_fix_speaks_of_no_dtype_where_none_differs():
+    result = judge("config", DRAFTS["speculators-kimi-k25"], target=FIXTURES / "targets" / "kimi-k25-tiny")
+    assert result.status == "warn" and "rope base 10000.0 differs" in result.summary
+    assert "run the draft in" not in result.summary and "--dtype" not in result.fix
+
+
 # --- embed-head -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("engine,step", [(VLLM, "maybe_share_target_embed"), (V1, "_maybe_share_embeddings")])

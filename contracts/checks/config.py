@@ -98,6 +98,7 @@ def check_config(subject) -> Result:
         warn_fixes.append(own[-1][1])
 
     vocab, draft_vocab = flat.get("vocab_size"), flat.get("draft_vocab_size")
+    dtypes_differ = False
     if isinstance(vocab, int) and isinstance(draft_vocab, int) and draft_vocab > vocab:
         problems.append(f"draft_vocab_size {draft_vocab} is above vocab_size {vocab}")
         fixes.append("draft_vocab_size must not exceed vocab_size (the target's vocab)")
@@ -128,7 +129,9 @@ def check_config(subject) -> Result:
             own.append((text, fix))  # its own fix, not the generic "confirm these differences"
             warnings.append(text)
             warn_fixes.append(fix)
-        if obs.engine_dtype and obs.target_engine_dtype and obs.engine_dtype != obs.target_engine_dtype:
+        dtypes_differ = bool(obs.engine_dtype and obs.target_engine_dtype and
+                             obs.engine_dtype != obs.target_engine_dtype)
+        if dtypes_differ:
             warnings.append(f"with --dtype auto {label} runs the draft in {obs.engine_dtype} and the target in "
                             f"{obs.target_engine_dtype}")
 
@@ -138,7 +141,8 @@ def check_config(subject) -> Result:
         fixes.append("carry the trainer's rope_theta and rope_scaling/rope_parameters into the config the engine reads")
 
     if len(warnings) > len(own):
-        warn_fixes.append("confirm these differences from the target are intended (serve with --dtype to align dtypes)")
+        warn_fixes.append("confirm these differences from the target are intended" +
+                          (" (serve with --dtype to align dtypes)" if dtypes_differ else ""))
     unprobed = None
     if obs.switches_not_probed:
         set_here = switches_in(flat, original)
