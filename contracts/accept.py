@@ -12,7 +12,9 @@ with that reason.
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 
@@ -31,8 +33,6 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
     measured and the wall time. Raises contracts.checkpoint.InputError (unusable inputs), AcceptUnavailable,
     ServingRefused."""
     from contracts.engines import canonical, parse_spec, runner_of
-
-    from pathlib import Path
 
     draft, target = Path(draft).resolve(), Path(target).resolve()  # the job runs in a directory of its own
     Checkpoint.open(draft)
@@ -65,9 +65,7 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
 
 
 def _last_error(stderr: str) -> str:
-    """The engine's own error: the last exception line of its traceback (else the last line it wrote)."""
-    import re
-
+    """The last exception line a failed job wrote (else its last line), without torch's ``[rankN]:`` prefix."""
     lines = [re.sub(r"^\[rank\d+\]:\s*", "", line.strip()) for line in stderr.strip().splitlines() if line.strip()]
     errors = [line for line in lines if line.split(":")[0].endswith(("Error", "Exception"))]
     return (errors or lines or ["(no output)"])[-1][:400]
