@@ -293,16 +293,17 @@ class Subject:
                 return (json.loads(meta["switch_semantics"]),
                         f"{meta.get('trainer')} {meta.get('version')} (its reference forward)")
         trainer = self.trainer_name
-        for _name, entry in sorted(manifest().items()):
-            semantics = (entry.get("reference") or {}).get("switch_semantics")
-            if semantics and entry.get("trainer") == trainer:
-                merged = {}
-                for other in sorted(manifest().values(), key=lambda e: e.get("path", "")):
-                    if other.get("trainer") == trainer and other.get("trainer_version") == entry["trainer_version"]:
-                        merged.update((other.get("reference") or {}).get("switch_semantics") or {})
-                return merged, (f"{trainer} {entry['trainer_version']} (observed when the bundled drafts were built; "
-                                f"the release that trained this draft may differ)")
-        return None
+        recorded = [e for _, e in sorted(manifest().items())
+                    if e.get("trainer") == trainer and (e.get("reference") or {}).get("switch_semantics")]
+        if not recorded:
+            return None
+        release = recorded[0]["trainer_version"]
+        merged = {}
+        for entry in recorded:
+            if entry["trainer_version"] == release:
+                merged.update(entry["reference"]["switch_semantics"])
+        return merged, (f"{trainer} {release} (observed when the bundled drafts were built; the release that trained "
+                        f"this draft may differ)")
 
     def later_step_switches(self) -> list[str]:
         """Switches the checkpoint sets on whose effect the engine begins at draft step 1 (the state it feeds the

@@ -90,12 +90,14 @@ def check_config(subject) -> Result:
             ev["switches"][key]["note"] = (f"ignored, but the engine always computes the {key}: {json.dumps(fixed)} "
                                            f"math the draft set")
 
-    for text in _other_meanings(subject, obs, label, ev):
-        warnings.append(text)
-        own.append((text, "serve without the key if the engine's default computes the trainer's meaning, or retrain "
-                          "with the engine's; forward-parity against the trainer's reference (build-tiny) shows "
-                          "which math the engine computes"))
-        warn_fixes.append(own[-1][1])
+    meanings = _other_meanings(subject, obs, label, ev)
+    if meanings:  # one fix for them all: their own, not the generic "confirm these differences"
+        fix = ("serve without the key if the engine's default computes the trainer's meaning, or retrain with the "
+               "engine's; forward-parity against the trainer's reference (build-tiny) shows which math the engine "
+               "computes")
+        warnings += meanings
+        own += [(text, fix) for text in meanings]
+        warn_fixes.append(fix)
 
     vocab, draft_vocab = flat.get("vocab_size"), flat.get("draft_vocab_size")
     dtypes_differ = False

@@ -1,5 +1,6 @@
 """A trainer's reference forward (``fixtures/references/*.safetensors``: token ids, aux hidden states, the
-trainer's own step-0 logits and, where it ran more, its later TTT steps) and the tolerance a replay through an engine is held to (``forward-parity``).
+trainer's own step-0 logits and, where it ran more, its later TTT steps) and the tolerance a replay through an
+engine is held to (``forward-parity``).
 Engine-neutral: every adapter replays the same file and is judged by the same rule."""
 
 from __future__ import annotations

@@ -29,6 +29,17 @@ def prompts(vocab_size: int, n: int, length: int = PROMPT_TOKENS, seed: int = SE
     return [[rng.randrange(vocab_size) for _ in range(length)] for _ in range(n)]
 
 
+def cpu_llm(target_dir: str, draft_dir: str, tokens: int, *, max_model_len: int, max_num_seqs: int = 1, **kwargs):
+    """vLLM's own ``LLM`` serving TARGET with DRAFT as its EAGLE-3 speculator on a CPU: the engine core in-process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), float32, eager, no tokenizer (token-id prompts), a bounded KV cache."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM
+
+    return LLM(model=target_dir, skip_tokenizer_init=True, dtype="float32", max_model_len=max_model_len,
+               enforce_eager=True, max_num_seqs=max_num_seqs, kv_cache_memory_bytes=KV_CACHE_BYTES,
+               speculative_config={"method": "eagle3", "model": draft_dir, "num_speculative_tokens": tokens}, **kwargs)
+
+
 def _counters(metrics) -> dict:
     """vLLM's speculative-decoding counters from ``LLM.get_metrics()`` (Counter / Vector objects by name)."""
     out = {}
@@ -43,16 +54,13 @@ def _counters(metrics) -> dict:
 
 def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int = 4, max_tokens: int = 64,
             temperature: float = 0.0) -> dict:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
-
     start = time.perf_counter()
     try:  # the engine building, loading and serving the draft: an exception here is the engine's refusal
-        llm = LLM(model=target_dir, skip_tokenizer_init=True, dtype="float32",
-                  max_model_len=PROMPT_TOKENS + max_tokens + 8, enforce_eager=True, seed=SEED, disable_log_stats=False,
-                  max_num_seqs=max(1, n_prompts), kv_cache_memory_bytes=KV_CACHE_BYTES,
-                  speculative_config={"method": "eagle3", "model": draft_dir, "num_speculative_tokens": tokens})
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        llm = cpu_llm(target_dir, draft_dir, tokens, max_model_len=PROMPT_TOKENS + max_tokens + 8,
+                      max_num_seqs=max(1, n_prompts), seed=SEED, disable_log_stats=False)
         built = time.perf_counter()
         vocab = int(llm.llm_engine.model_config.get_vocab_size())
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, seed=SEED)

@@ -14,20 +14,16 @@ it sets up vLLM's distributed state, which must not meet the adapter's):
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-KV_CACHE_BYTES = 64 * 1024 * 1024  # else the CPU worker reserves 92% of host memory
+from contracts.engines.vllm.acceptance import cpu_llm
 
 
 def run(draft_dir: str, target_dir: str, prompt: list[int], steps: int) -> dict:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams
+    llm = cpu_llm(target_dir, draft_dir, steps, max_model_len=128)
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    llm = LLM(model=target_dir, skip_tokenizer_init=True, dtype="float32", max_model_len=128, enforce_eager=True,
-              speculative_config={"method": "eagle3", "model": draft_dir, "num_speculative_tokens": steps},
-              max_num_seqs=1, kv_cache_memory_bytes=KV_CACHE_BYTES)
     proposer = llm.collective_rpc(_record)[0]
     llm.generate([TokensPrompt(prompt_token_ids=prompt)], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True),
                  use_tqdm=False)
