@@ -23,7 +23,16 @@ def bundled_subjects(engine: str = "sglang") -> list:
     from contracts.subject import Subject
 
     entries = manifest()
-    return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items()) if _is_draft(entry)]
+    return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items())
+            if _is_draft(entry) and entry.get("role") != "converged"]
+
+
+def converged_subjects(engine: str = "vllm") -> list:
+    """A ``Subject`` for every draft trained to convergence on the converged target (fixtures/converged/): what
+    ``accept`` and the acceptance study measure; not among the examples (their verdicts are the study's)."""
+    entries = manifest()
+    return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items())
+            if _is_draft(entry) and entry.get("role") == "converged"]
 
 
 def _is_draft(entry: dict) -> bool:
@@ -42,8 +51,9 @@ def _subject(name: str, entry: dict, entries: dict, engine: str, target=None):
 
 
 def bundled_subject_for(checkpoint, engine: str, target=None):
-    """``check DIR`` on a bundled example's directory: the example as ``--examples`` checks it (its trainer, the ids
-    its trainer selected, its reference forward; its target unless ``target`` is given), else None."""
+    """``check DIR`` on a bundled example's (or a converged draft's) directory: the draft as ``--examples`` checks it
+    (its trainer, the ids its trainer selected, its reference forward; its target unless ``target`` is given), else
+    None."""
     entries = manifest()
     where = Path(checkpoint).resolve()
     for name, entry in sorted(entries.items()):

@@ -9,7 +9,9 @@
     eagle3-contracts build-tiny --trainer speculators|specforge|modelopt --out DIR [--target DIR]
                                 (a tiny draft built by the trainer release installed here; `check DIR` judges it)
     eagle3-contracts accept DRAFT --target DIR [--engine vllm==X] [--tokens 3] [--prompts N] [--temperature T]
-                            [--format text|json] [--output FILE]   (acceptance on vLLM's own serving loop, CPU)
+                            [--no-expectation] [--format text|json] [--output FILE]
+                            (acceptance on vLLM's own serving loop, CPU, beside the trainer's expectation;
+                            exit 1 when it falls short of it beyond noise, or vLLM refuses the draft)
 
 Exit codes: 0 every contract holds (warnings allowed unless --strict; for matrix: at least one engine serves
 the draft as trained; for convert: the engine serves DST as trained), 1 a contract fails (matrix: no engine
@@ -92,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--temperature", type=float, default=0.0,
                    help="0 (greedy, default) or e.g. 1: the engine's own rejection sampler then compares the "
                         "draft's distribution with the target's")
+    a.add_argument("--no-expectation", dest="expectation", action="store_false",
+                   help="skip the trainer's expectation (its own forward on the same prompts, in the trainer "
+                        "release's environment, made once)")
     a.add_argument("--format", choices=("text", "json"), default="text")
     a.add_argument("--output", help="write the report to FILE instead of stdout")
     v = sub.add_parser("convert", help="write the copy of a draft that an engine release serves as trained, and "
@@ -335,7 +340,7 @@ def _run_accept(args) -> int:
     _guard_output(args.output, [Path(args.draft), Path(args.target)])
     try:
         result = measure(args.draft, args.target, engine=engine, tokens=args.tokens, prompts=args.prompts,
-                         max_tokens=args.max_tokens, temperature=args.temperature)
+                         max_tokens=args.max_tokens, temperature=args.temperature, expect=args.expectation)
     except AcceptUnavailable as e:
         raise UsageError(str(e)) from None
     except ServingRefused as e:
@@ -344,7 +349,7 @@ def _run_accept(args) -> int:
     import json
 
     _emit(json.dumps(result, indent=2) + "\n" if args.format == "json" else render_text(result), args.output)
-    return 0
+    return 1 if result.get("verdict") else 0
 
 
 def main(argv=None) -> int:

@@ -472,3 +472,33 @@ def test_accept_refuses_what_a_cpu_cannot_serve_in_one_line(capsys, args, why):
     code = main(["accept", str(HD32["specforge"]), "--target", str(HD32_TARGET), *args])
     err = capsys.readouterr().err
     assert code == 2 and why in err and len(err.strip().splitlines()) == 1
+
+
+CONVERGED = FIXTURES / "converged"
+
+
+def _accept(capsys, tmp_path, draft) -> dict:
+    out = tmp_path / f"accept-{draft.name}.json"
+    code = main(["accept", str(draft), "--target", str(CONVERGED / "target"), "--engine", VLLM, "--format", "json",
+                 "--output", str(out)])
+    assert code == 0, capsys.readouterr().err
+    return json.loads(out.read_text())
+
+
+def test_a_converged_draft_is_accepted_on_vllms_loop(capsys, tmp_path):
+    """speculators' own training loop, run to convergence on the converged target: 3 draft tokens, greedy."""
+    result = _accept(capsys, tmp_path, CONVERGED / "speculators")
+    assert result["mean_acceptance_length"] >= 1.8
+    assert result["num_speculative_tokens"] == 3 and result["temperature"] == 0
+    assert all(rate > 0.5 for rate in result["acceptance_rate_per_position"])
+
+
+def test_a_zeroed_d2t_collapses_acceptance_and_fails_d2t_semantics(capsys, tmp_path):
+    """The failure d2t-semantics exists for, measured: the same converged weights with d2t zeroed."""
+    from contracts.bundled import converged_subjects
+
+    draft = make_copy(CONVERGED / "speculators", tmp_path / "zeroed", replace={"d2t": torch.zeros(64, dtype=torch.int64)})
+    assert _accept(capsys, tmp_path, draft)["mean_acceptance_length"] <= 1.2
+    (base,) = [s for s in converged_subjects(VLLM) if s.name == "converged-speculators"]
+    result = judge("d2t-semantics", draft, CONVERGED / "target", intended_ids=base.intended_ids)
+    assert result.status == "fail" and "the engine maps draft ids to other target ids than intended" in result.summary

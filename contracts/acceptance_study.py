@@ -1,0 +1,286 @@
+"""The acceptance study: do the verdicts predict what the engine's serving loop measures?
+
+For every draft trained to convergence (fixtures/converged/, ``bundled.converged_subjects``) and, for each contract,
+a copy with the break that contract exists for, it records the static verdicts (``check`` on the release's default
+path and on the runner ``accept`` serves with) and the mean acceptance length ``accept`` measures on vLLM's own
+speculative decoding loop. The agreement is stated as a figure: every variant with a root-cause failure and its
+measured drop from the pristine draft; every all-pass and its gap to the pristine draft.
+
+    python -m contracts.acceptance_study [--engine vllm==0.32.0] [--output docs/acceptance.md] [--json FILE]
+                                         (run by `tox -e acceptance`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+# A mean acceptance length this far below the pristine draft's counts as a drop (greedy decoding of fixed prompts is
+# deterministic; what varies between releases and runners is float rounding, which moves it by far less).
+DROP = 0.3
+
+
+@dataclass(frozen=True)
+class Break:
+    """One way a deployment breaks a draft, the contract that exists to catch it, and how to make it."""
+
+    name: str
+    contract: str
+    what: str
+    make: Callable[[Path], bool]  # mutates the copy in place; False when the draft has nothing to break this way
+
+
+def _tensors(directory: Path) -> tuple[dict, dict]:
+    from safetensors import safe_open
+
+    with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, (f.metadata() or {})
+
+
+def _save(directory: Path, tensors: dict, metadata: dict) -> None:
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(directory / "model.safetensors"), metadata=metadata or {"format": "pt"})
+
+
+def _edit_tensors(change: Callable[[dict], bool]) -> Callable[[Path], bool]:
+    def make(directory: Path) -> bool:
+        tensors, metadata = _tensors(directory)
+        if not change(tensors):
+            return False
+        _save(directory, tensors, metadata)
+        return True
+    return make
+
+
+def _edit_config(key: str, change: Callable) -> Callable[[Path], bool]:
+    """Change ``key`` wherever the draft's config.json holds it (top level or a nested block such as
+    ``eagle_config``)."""
+    def make(directory: Path) -> bool:
+        path = directory / "config.json"
+        config = json.loads(path.read_text())
+        holders = [config, *(v for v in config.values() if isinstance(v, dict))]
+        found = [h for h in holders if isinstance(h.get(key), (list, bool))]
+        for holder in found:
+            holder[key] = change(holder[key])
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        return bool(found)
+    return make
+
+
+def _d2t(change: Callable) -> Callable[[dict], bool]:
+    def edit(tensors: dict) -> bool:
+        if "d2t" not in tensors:
+            return False
+        change(tensors)
+        return True
+    return edit
+
+
+def _zero_d2t(t):
+    t["d2t"] = t["d2t"].clone().zero_()
+
+
+def _absolute_d2t(t):
+    import torch
+
+    t["d2t"] = t["d2t"] + torch.arange(t["d2t"].shape[0], dtype=t["d2t"].dtype)
+
+
+def _drop_d2t(t):
+    t.pop("d2t")
+
+
+def _random_head(tensors: dict) -> bool:
+    import torch
+
+    key = next((k for k in tensors if k.endswith("lm_head.weight")), None)
+    if key is None:
+        return False
+    gen = torch.Generator().manual_seed(0)
+    head = tensors[key]
+    tensors[key] = (torch.randn(head.shape, generator=gen) * float(head.float().std())).to(head.dtype)
+    return True
+
+
+def _layer_prefix_dropped(tensors: dict) -> bool:
+    """The decoder layer saved under ``decoder.layers.0.`` (a prefix no engine maps): dropped by the loader."""
+    layer = [k for k in tensors if k.startswith(("layers.0.", "midlayer.", "model.layers.0."))]
+    for key in layer:
+        rest = key.split("layers.0.", 1)[1] if "layers.0." in key else key.split("midlayer.", 1)[1]
+        tensors[f"decoder.layers.0.{rest}"] = tensors.pop(key)
+    return bool(layer)
+
+
+BREAKS = [
+    Break("pristine", "-", "the draft as its trainer saved it", lambda _d: True),
+    Break("d2t zeroed", "d2t-semantics", "d2t all zeros: draft id j proposes target id j",
+          _edit_tensors(_d2t(_zero_d2t))),
+    Break("d2t absolute", "d2t-semantics", "d2t holds the target ids instead of offsets",
+          _edit_tensors(_d2t(_absolute_d2t))),
+    Break("d2t missing", "d2t-semantics", "no d2t tensor", _edit_tensors(_d2t(_drop_d2t))),
+    Break("aux ids one layer off", "forward-parity", "eagle_aux_hidden_state_layer_ids each + 1",
+          _edit_config("eagle_aux_hidden_state_layer_ids", lambda ids: [i + 1 for i in ids])),
+    Break("head replaced", "forward-parity", "lm_head replaced by random weights of the same scale",
+          _edit_tensors(_random_head)),
+    Break("norm_before_residual flipped", "forward-parity", "the config's norm_before_residual negated",
+          _edit_config("norm_before_residual", lambda v: not v)),
+    Break("layer under a dropped prefix", "key-naming", "the decoder layer saved as decoder.layers.0.*",
+          _edit_tensors(_layer_prefix_dropped)),
+]
+
+
+def _verdict(subject) -> dict:
+    """``check``'s verdicts for one subject: failing contracts, the root causes among them, the path judged."""
+    from contracts.engines.remote import WorkerError
+    from contracts.subject import report
+
+    try:
+        rep = report(subject)
+    except WorkerError as e:  # recorded as such: the study goes on with the next variant
+        return {"path": None, "failed": [], "root_causes": [], "skipped": [], "error": str(e)[:300]}
+    finally:
+        subject.close()
+    results = rep["results"]
+    return {"path": rep["path"].get("label") if rep.get("path") else None,
+            "failed": [r["contract"] for r in results if r["status"] == "fail"],
+            "root_causes": [r["contract"] for r in results if r["status"] == "fail" and r.get("root_cause")],
+            "skipped": [r["contract"] for r in results if r["status"] == "skip"]}
+
+
+def study(engine: str = "vllm==0.32.0", breaks: list[Break] = BREAKS, drafts: list[str] | None = None) -> dict:
+    """Every converged draft x break: verdicts (default path, the accept runner) and measured acceptance."""
+    from dataclasses import replace
+
+    from contracts.accept import ServingRefused, measure
+    from contracts.bundled import converged_subjects
+
+    rows, start = [], time.perf_counter()
+    for base in converged_subjects(engine):
+        if drafts and base.name not in drafts:
+            continue
+        for brk in breaks:
+            with tempfile.TemporaryDirectory(prefix="eagle3-contracts-study-") as tmp:
+                copy = Path(tmp) / base.checkpoint_path.name
+                shutil.copytree(base.checkpoint_path, copy)
+                if not brk.make(copy):
+                    continue
+                row = {"draft": base.name, "break": brk.name, "contract": brk.contract, "what": brk.what}
+                for key, spec in (("verdict", engine), ("verdict_v1", f"{engine}:v1")):
+                    row[key] = _verdict(replace(base, checkpoint_path=copy, engine=spec))
+                try:
+                    measured = measure(copy, base.target_path, engine=f"{engine}:v1",
+                                       expect=brk.name == "pristine")  # the trainer's intent: its pristine draft
+                    row["acceptance"] = {k: measured[k] for k in (
+                        "mean_acceptance_length", "acceptance_rate_per_position", "rounds", "accepted_tokens",
+                        "draft_tokens", "seconds_wall")}
+                    if brk.name == "pristine":
+                        row["trainer_expectation"] = measured["trainer_expectation"]
+                except ServingRefused as e:
+                    row["acceptance"] = {"refused": str(e)}
+                rows.append(row)
+                print(_line(row), file=sys.stderr, flush=True)
+    return {"engine": engine, "rows": rows, "drop": DROP, "seconds": round(time.perf_counter() - start, 1),
+            "agreement": agreement(rows)}
+
+
+def _length(row: dict) -> float | None:
+    return row["acceptance"].get("mean_acceptance_length")
+
+
+def agreement(rows: list[dict]) -> dict:
+    """Per variant: predicted (a root-cause failure on the runner measured) vs measured (refused, or a mean
+    acceptance length more than DROP below the pristine draft's); the count of agreements and each disagreement."""
+    pristine = {r["draft"]: _length(r) for r in rows if r["break"] == "pristine"}
+    out = {"variants": 0, "agree": 0, "disagreements": []}
+    for r in rows:
+        base = pristine.get(r["draft"])
+        if r["break"] == "pristine" or base is None:
+            continue
+        length = _length(r)
+        measured_drop = length is None or length < base - DROP
+        predicted = bool(r["verdict_v1"]["root_causes"])
+        r["measured_drop"] = None if length is None else round(base - length, 2)
+        out["variants"] += 1
+        if predicted == measured_drop:
+            out["agree"] += 1
+        else:
+            out["disagreements"].append(f"{r['draft']} / {r['break']}: " + (
+                "a root-cause failure, yet acceptance held" if predicted else "all pass, yet acceptance dropped"))
+    return out
+
+
+def _fmt_length(row: dict) -> str:
+    length = _length(row)
+    return "refused" if length is None else f"{length:.2f}"
+
+
+def _fmt_verdict(v: dict) -> str:
+    if v.get("error"):
+        return f"check could not judge it ({v['error']})"
+    if not v["failed"]:
+        return "all pass" + (f" ({', '.join(v['skipped'])} skipped)" if v["skipped"] else "")
+    return ", ".join(f"**{c}**" if c in v["root_causes"] else c for c in v["failed"])
+
+
+def _line(row: dict) -> str:
+    return (f"{row['draft']:<24} {row['break']:<30} {_fmt_length(row):>7}  V2: {_fmt_verdict(row['verdict'])}; "
+            f"V1: {_fmt_verdict(row['verdict_v1'])}")
+
+
+def render_markdown(doc: dict) -> str:
+    a = doc["agreement"]
+    lines = [
+        "| draft | break | contract it exists for | verdict (default path: "
+        f"{doc['engine']}, Model Runner V2) | verdict (Model Runner V1, the loop measured) | mean acceptance length "
+        "| drop from pristine |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        drop = "" if r["break"] == "pristine" else (
+            "refused" if r.get("measured_drop") is None else f"{r['measured_drop']:+.2f}")
+        lines.append(f"| {r['draft']} | {r['break']} | {r['contract']} | {_fmt_verdict(r['verdict'])} | "
+                     f"{_fmt_verdict(r['verdict_v1'])} | {_fmt_length(r)} | {drop} |")
+    lines += ["", f"Agreement: {a['agree']} of {a['variants']} broken variants (a root-cause failure on the runner "
+              f"measured exactly where acceptance dropped by more than {doc['drop']} or the engine refused to "
+              f"serve); {doc['seconds']:.0f} s for the study."]
+    lines += [f"- disagreement: {d}" for d in a["disagreements"]]
+    return "\n".join(lines) + "\n"
+
+
+BEGIN, END = "<!-- study:begin -->", "<!-- study:end -->"
+
+
+def write_doc(doc: dict, path: Path) -> None:
+    """Replace the study's table between the markers in ``path`` (the prose around it is kept)."""
+    text = path.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(f"{head}{BEGIN}\n{render_markdown(doc)}{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m contracts.acceptance_study")
+    parser.add_argument("--engine", default="vllm==0.32.0")
+    parser.add_argument("--draft", action="append", help="only this converged draft (repeatable)")
+    parser.add_argument("--output", type=Path, help="a markdown file whose study markers receive the table")
+    parser.add_argument("--json", type=Path, help="the rows as JSON")
+    args = parser.parse_args(argv)
+    doc = study(args.engine, drafts=args.draft)
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.output:
+        write_doc(doc, args.output)
+    sys.stdout.write(render_markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

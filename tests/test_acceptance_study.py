@@ -1,0 +1,76 @@
+"""The acceptance study's breaks: each makes, on a converged draft, exactly the break its contract exists for (the
+study's measurements themselves run in `tox -e acceptance`; tests/test_vllm.py measures the d2t break)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from contracts.acceptance_study import BREAKS, agreement
+from contracts.bundled import converged_subjects
+
+BY_NAME = {b.name: b for b in BREAKS}
+
+
+@pytest.fixture
+def draft(tmp_path):
+    (base,) = [s for s in converged_subjects() if s.name == "converged-speculators"]
+    copy = tmp_path / "draft"
+    shutil.copytree(base.checkpoint_path, copy)
+    return base.checkpoint_path, copy
+
+
+def _changed(src, dst):
+    a, b = load_file(str(src / "model.safetensors")), load_file(str(dst / "model.safetensors"))
+    return a, b, json.loads((src / "config.json").read_text()), json.loads((dst / "config.json").read_text())
+
+
+def test_every_break_names_a_contract_and_applies_to_a_speculators_draft(draft):
+    src, dst = draft
+    for brk in BREAKS[1:]:
+        shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+        assert brk.contract in {"d2t-semantics", "forward-parity", "key-naming"}
+        assert brk.make(dst), brk.name
+        a, b, ca, cb = _changed(src, dst)
+        assert (a.keys() != b.keys() or any(not torch.equal(a[k], b[k]) for k in a) or ca != cb), brk.name
+
+
+def test_the_d2t_breaks_are_the_three_known_mistakes(draft):
+    src, dst = draft
+    d2t = load_file(str(src / "model.safetensors"))["d2t"]
+    for name, want in (("d2t zeroed", torch.zeros_like(d2t)), ("d2t absolute", d2t + torch.arange(d2t.shape[0]))):
+        shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+        BY_NAME[name].make(dst)
+        assert torch.equal(load_file(str(dst / "model.safetensors"))["d2t"], want)
+    BY_NAME["d2t missing"].make(dst)
+    assert "d2t" not in load_file(str(dst / "model.safetensors"))
+
+
+def test_the_aux_ids_move_one_layer_and_the_layer_moves_under_a_prefix_no_loader_maps(draft):
+    src, dst = draft
+    BY_NAME["aux ids one layer off"].make(dst)
+    ids = json.loads((src / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
+    assert json.loads((dst / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [i + 1 for i in ids]
+    BY_NAME["layer under a dropped prefix"].make(dst)
+    keys = load_file(str(dst / "model.safetensors")).keys()
+    assert not [k for k in keys if k.startswith("layers.0.")] and [k for k in keys if k.startswith("decoder.layers.0.")]
+
+
+def _row(brk, length, root_causes):
+    return {"draft": "d", "break": brk, "acceptance": {"mean_acceptance_length": length},
+            "verdict_v1": {"root_causes": root_causes}}
+
+
+def test_agreement_counts_a_predicted_drop_and_names_each_disagreement():
+    rows = [_row("pristine", 3.9, []), _row("d2t zeroed", 1.03, ["d2t-semantics"]),
+            _row("head replaced", 1.0, []), _row("norm flipped", 3.8, ["config"])]
+    result = agreement(rows)
+    assert (result["variants"], result["agree"]) == (3, 1)
+    assert result["disagreements"] == ["d / head replaced: all pass, yet acceptance dropped",
+                                       "d / norm flipped: a root-cause failure, yet acceptance held"]
