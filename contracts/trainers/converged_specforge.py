@@ -31,8 +31,10 @@ What a CPU needs, and nothing else differs from SpecForge's defaults but the sch
     the run reads it through a scratch view of the target directory (its two files linked, plus the index a sharded
     save would write naming that one file). Nothing of the view reaches the export.
 
-Run: ``PYTHONPATH=. .tox/fixtures-specforge/bin/python -m contracts.trainers.converged_specforge``. Deterministic:
-seeded, two intra-op threads, no loader workers.
+Its reference forward (``fixtures/references/converged-specforge.safetensors``, ``contracts.trainers.specforge.reference``:
+SpecForge's training-step forward with the export warm-started into it) lets ``forward-parity`` judge it.
+
+Run: ``tox -e fixtures-converged-specforge``. Deterministic: seeded, two intra-op threads, no loader workers.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from contracts.trainers.common import DRAFT_VOCAB, REPO_ROOT, SEED, record_fixture
+from contracts.trainers.common import DRAFT_VOCAB, REPO_ROOT, SEED, TinyTarget, record_fixture
 from contracts.trainers.converged import CONVERGED, DRAFT_SEQUENCES, ROLE, SEQUENCE, TARGET, THREADS
 from contracts.trainers.language import Language
 
@@ -196,7 +198,7 @@ def train_specforge(scratch: Path, directory: Path = CONVERGED / "specforge") ->
     from transformers import AutoConfig
 
     from contracts.trainers.shims import specforge_loss_on_cpu
-    from contracts.trainers.specforge import AUX_CONVENTION, _keep_export, float_dtype
+    from contracts.trainers.specforge import AUX_CONVENTION, _keep_export, float_dtype, reference
 
     started = time.perf_counter()
     torch.set_num_threads(THREADS)
@@ -258,6 +260,11 @@ def train_specforge(scratch: Path, directory: Path = CONVERGED / "specforge") ->
     if not set(spoken) <= set(selected):
         raise RuntimeError(f"the draft vocabulary misses spoken ids {sorted(set(spoken) - set(selected))}")
 
+    # its own training step's forward on the reference prompt (forward-parity), the export warm-started into it;
+    # the target as TargetHead reads it, named in the reference by its repository path
+    view_target = TinyTarget(TARGET.name, view, TARGET.geometry, stored_as=TARGET.path)
+    ref = reference(scratch, draft_config_path, list(capture_ids), NAME, view_target, out_dir=directory)
+
     best_step = int(best["step"])
     best_eval = dict(next(m for step, m in evals if step == best_step))
     last_step, last_eval = evals[-1]
@@ -294,7 +301,8 @@ def train_specforge(scratch: Path, directory: Path = CONVERGED / "specforge") ->
                 "previous_avg_acc": round(evals[-2][1]["eval/avg_acc"], 4) if len(evals) > 1 else None},
             "exported": f"the checkpoint CheckpointManager marked best (step {best_step}, "
                         f"{best['metric']} {round(best['score'], 4)})",
-        })
+        },
+        reference=ref)
 
 
 def main() -> int:

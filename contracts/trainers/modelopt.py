@@ -176,6 +176,27 @@ def _as_installed(functions: list[str]) -> list[str]:
     return [f for f in out if not f.endswith(".default_eagle_aux_layer_ids") or hasattr(here, "default_eagle_aux_layer_ids")]
 
 
+def export(model, export_dir: Path, directory: Path) -> None:
+    """``export_speculative_decoding`` of the model, in eval mode, into the scratch folder ``export_dir``; the files
+    it must write (and only those) copied into ``directory``, which is replaced; a config naming a local path is
+    refused."""
+    import modelopt.torch.export.unified_export_hf as unified
+
+    model.eval()
+    unified.export_speculative_decoding(model, export_dir=str(export_dir))
+    written = sorted(p.name for p in export_dir.iterdir())
+    if written != sorted(KEEP):
+        raise SystemExit(f"export_speculative_decoding wrote {written}, expected {sorted(KEEP)}")
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    for file in KEEP:
+        shutil.copyfile(export_dir / file, directory / file)
+    text = (directory / "config.json").read_text()
+    if directory.resolve().is_relative_to(REPO_ROOT) and (str(REPO_ROOT) in text or str(export_dir.parent) in text):
+        raise SystemExit(f"{directory}/config.json contains a local path")
+
+
 def build(scratch: Path, name: str, target: TinyTarget, explicit_ids=None, draft_vocab=None,
           directory: Path | None = None) -> dict:
     import modelopt.torch.export.unified_export_hf as unified
@@ -184,28 +205,13 @@ def build(scratch: Path, name: str, target: TinyTarget, explicit_ids=None, draft
         raise TrainerAPIChanged("modelopt.torch.export.unified_export_hf has no export_speculative_decoding (this "
                                 "release exports drafts only through export_hf_checkpoint's speculative branch, "
                                 "which this builder does not drive)")
-    export_speculative_decoding = unified.export_speculative_decoding
     model, cfg = _convert(target, explicit_ids, draft_vocab)
     functions = list(FUNCTIONS_CALLED)
     if draft_vocab is not None:
         _install_vocab(model, scratch, draft_vocab)
         functions[5:5] = VOCAB_FUNCTIONS
     loss = _train_step(model)
-    model.eval()
-    export = scratch / f"{name}-export"
-    export_speculative_decoding(model, export_dir=str(export))
-    written = sorted(p.name for p in export.iterdir())
-    if written != sorted(KEEP):
-        raise SystemExit(f"export_speculative_decoding wrote {written}, expected {sorted(KEEP)}")
-    directory = directory or DRAFTS / name
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    for file in KEEP:
-        shutil.copyfile(export / file, directory / file)
-    text = (directory / "config.json").read_text()
-    if directory.resolve().is_relative_to(REPO_ROOT) and (str(REPO_ROOT) in text or str(scratch) in text):
-        raise SystemExit(f"{directory}/config.json contains a local path")
+    export(model, scratch / f"{name}-export", directory or DRAFTS / name)
     eagle = model.eagle_module
     d2t = eagle.d2t if hasattr(eagle, "d2t") else None
     vocab = model.eagle_config.draft_vocab_size
