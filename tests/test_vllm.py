@@ -502,3 +502,46 @@ def test_a_zeroed_d2t_collapses_acceptance_and_fails_d2t_semantics(capsys, tmp_p
     (base,) = [s for s in converged_subjects(VLLM) if s.name == "converged-speculators"]
     result = judge("d2t-semantics", draft, CONVERGED / "target", intended_ids=base.intended_ids)
     assert result.status == "fail" and "the engine maps draft ids to other target ids than intended" in result.summary
+
+
+def test_absolute_d2t_the_engines_forward_indexes_out_of_range_is_judged_not_a_worker_error(tmp_path):
+    """vLLM's compute_logits raises IndexError on a d2t of absolute ids (hot ids past the vocab): the engine refusing
+    the checkpoint's forward is a finding of d2t-semantics, and config still judges its switches (on seeded weights),
+    where the switch probe's forward used to end the whole check as a worker error."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from contracts.bundled import converged_subjects
+
+    (base,) = [s for s in converged_subjects(V1) if s.name == "converged-speculators"]
+    offsets = load_file(str(CONVERGED / "speculators" / "model.safetensors"))["d2t"]
+    draft = make_copy(CONVERGED / "speculators", tmp_path / "absolute",
+                      replace={"d2t": offsets + torch.arange(offsets.shape[0])})
+    subject = replace(base, checkpoint_path=draft)
+    try:
+        results = {r.contract: r for r in subject.run(["d2t-semantics", "config"])}
+    finally:
+        subject.close()
+    assert results["d2t-semantics"].status == "fail"
+    assert "d2t holds the target ids themselves" in str(results["d2t-semantics"].evidence["diagnosis"])
+    assert results["config"].status == "pass", results["config"]
+    assert "refused the checkpoint's own: IndexError" in results["config"].evidence["probed_on"]
+
+
+@pytest.mark.parametrize("name", ["specforge", "modelopt"])
+def test_the_converged_drafts_of_specforge_and_modelopt_are_judged_against_their_trainers_forward(name):
+    """Each converged draft carries its trainer's reference (its own forward on the reference prompt): SpecForge's
+    export serves as trained; Model Optimizer's export writes a yarn rope over the default rope it trained with,
+    which vLLM applies, so its logits differ, and the rope warning says why."""
+    from contracts.bundled import converged_subjects
+
+    (subject,) = [s for s in converged_subjects(VLLM) if s.name == f"converged-{name}"]
+    try:
+        (result,) = subject.run(["forward-parity"])
+    finally:
+        subject.close()
+    if name == "specforge":
+        assert result.status == "pass", result
+    else:
+        assert result.status == "fail" and "yarn" in result.evidence["rope_scaling_warning"], result

@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, rope_of
-from contracts.engines.errors import EngineBuildError
+from contracts.engines.errors import EngineBuildError, raised_by_engine
 from contracts.engines.scaling import scale_draft
 from contracts.engines.switch_effect import switch_effect
 from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements
@@ -171,7 +171,18 @@ def _probe_switches(obs, configs, ckpt, candidate_switches: dict[str, bool], tra
     vocab = int(configs.draft.hf_config.vocab_size)
     ids = torch.randint(0, vocab, (TOKENS,), generator=gen)
     hidden = torch.randn(TOKENS, fc_in, generator=gen)
-    base = _outputs(configs, ckpt, {}, (ids, hidden))
+    try:
+        base = _outputs(configs, ckpt, {}, (ids, hidden))
+    except Exception as e:  # noqa: BLE001
+        if ckpt is None or not raised_by_engine(e, "vllm"):
+            raise
+        # the engine's forward refuses the checkpoint's own weights (e.g. compute_logits indexing with a d2t of
+        # absolute ids): what that means is d2t-semantics' and forward-parity's to judge; a switch's effect does
+        # not depend on the weights, so the switches are flipped on seeded ones
+        obs.probed_on = (f"seeded weights (the engine's forward refused the checkpoint's own: "
+                         f"{type(e).__name__}: {str(e)[:160]})")
+        ckpt = None
+        base = _outputs(configs, ckpt, {}, (ids, hidden))
     for key, value in candidate_switches.items():
         try:
             flipped = _outputs(configs, ckpt, {key: not value}, (ids, hidden))
