@@ -185,6 +185,8 @@ def study(engine: str = "vllm==0.32.0", breaks: list[Break] = BREAKS, drafts: li
                         row["trainer_expectation"] = measured["trainer_expectation"]
                 except ServingRefused as e:
                     row["acceptance"] = {"refused": str(e)}
+                except RuntimeError as e:  # the measuring job itself failed: recorded, never counted
+                    row["acceptance"] = {"error": str(e)[:300]}
                 rows.append(row)
                 print(_line(row), file=sys.stderr, flush=True)
     return {"engine": engine, "rows": rows, "drop": DROP, "seconds": round(time.perf_counter() - start, 1),
@@ -195,19 +197,45 @@ def _length(row: dict) -> float | None:
     return row["acceptance"].get("mean_acceptance_length")
 
 
+def _unjudged(row: dict) -> str | None:
+    """Why a variant cannot count toward the agreement: ``check`` could not judge it on the runner measured, or the
+    measurement failed outside the engine (neither is a prediction or a measurement)."""
+    if row["verdict_v1"].get("error"):
+        return f"check could not judge it ({row['verdict_v1']['error']})"
+    if row["acceptance"].get("error"):
+        return f"not measured ({row['acceptance']['error']})"
+    return None
+
+
 def agreement(rows: list[dict]) -> dict:
-    """Per variant: predicted (a root-cause failure on the runner measured) vs measured (refused, or a mean
-    acceptance length more than DROP below the pristine draft's); the count of agreements and each disagreement."""
-    pristine = {r["draft"]: _length(r) for r in rows if r["break"] == "pristine"}
-    out = {"variants": 0, "agree": 0, "disagreements": []}
+    """Per variant: predicted (a root-cause contract fails on the runner measured that does not fail on its pristine
+    draft) vs measured (refused, or a mean acceptance length more than DROP below the pristine draft's); the count of
+    agreements, each disagreement, the variants that cannot be counted (an error is neither a prediction nor a
+    measurement; a break whose contract already fails on the pristine draft cannot show whether it is caught), and
+    each pristine draft's own verdict beside its acceptance."""
+    pristine = {r["draft"]: r for r in rows if r["break"] == "pristine" and not _unjudged(r)}
+    out = {"variants": 0, "agree": 0, "disagreements": [], "unjudged": [], "pristine": []}
+    for r in pristine.values():
+        expected = (r.get("trainer_expectation") or {}).get("mean_acceptance_length")
+        out["pristine"].append({"draft": r["draft"], "root_causes": r["verdict_v1"]["root_causes"],
+                                "mean_acceptance_length": _length(r), "trainer_expectation": expected,
+                                "gap": None if expected is None or _length(r) is None
+                                else round(expected - _length(r), 2)})
     for r in rows:
         base = pristine.get(r["draft"])
-        if r["break"] == "pristine" or base is None:
+        if r["break"] == "pristine" or base is None or _length(base) is None:
+            continue
+        already = base["verdict_v1"]["root_causes"]
+        new_causes = [c for c in r["verdict_v1"]["root_causes"] if c not in already]
+        why_not = _unjudged(r) or (None if new_causes or r["contract"] not in already else
+                                   f"{r['contract']} already fails on the pristine draft")
+        if why_not:
+            out["unjudged"].append(f"{r['draft']} / {r['break']}: {why_not}")
             continue
         length = _length(r)
-        measured_drop = length is None or length < base - DROP
-        predicted = bool(r["verdict_v1"]["root_causes"])
-        r["measured_drop"] = None if length is None else round(base - length, 2)
+        measured_drop = length is None or length < _length(base) - DROP
+        predicted = bool(new_causes)
+        r["measured_drop"] = None if length is None else round(_length(base) - length, 2)
         out["variants"] += 1
         if predicted == measured_drop:
             out["agree"] += 1
@@ -218,6 +246,8 @@ def agreement(rows: list[dict]) -> dict:
 
 
 def _fmt_length(row: dict) -> str:
+    if row["acceptance"].get("error"):
+        return "not measured"
     length = _length(row)
     return "refused" if length is None else f"{length:.2f}"
 
@@ -244,14 +274,23 @@ def render_markdown(doc: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
-        drop = "" if r["break"] == "pristine" else (
-            "refused" if r.get("measured_drop") is None else f"{r['measured_drop']:+.2f}")
+        drop = "" if r["break"] == "pristine" else "not counted" if "measured_drop" not in r else (
+            "refused" if r["measured_drop"] is None else f"{r['measured_drop']:+.2f}")
         lines.append(f"| {r['draft']} | {r['break']} | {r['contract']} | {_fmt_verdict(r['verdict'])} | "
                      f"{_fmt_verdict(r['verdict_v1'])} | {_fmt_length(r)} | {drop} |")
     lines += ["", f"Agreement: {a['agree']} of {a['variants']} broken variants (a root-cause failure on the runner "
-              f"measured exactly where acceptance dropped by more than {doc['drop']} or the engine refused to "
-              f"serve); {doc['seconds']:.0f} s for the study."]
+              f"measured that the pristine draft does not have, exactly where acceptance dropped by more than "
+              f"{doc['drop']} or the engine refused to serve)" + (f"; {len(a['unjudged'])} not counted" if a.get("unjudged") else "") +
+              f"; {doc['seconds']:.0f} s for the study."]
+    for p in a.get("pristine", []):
+        expected = "no trainer expectation yet" if p["trainer_expectation"] is None else \
+            f"the trainer's expectation {p['trainer_expectation']:.2f} (gap {p['gap']:+.2f})"
+        causes = ", ".join(p["root_causes"]) or "none"
+        measured = "refused" if p["mean_acceptance_length"] is None else f"{p['mean_acceptance_length']:.2f}"
+        lines.append(f"- pristine {p['draft']}: root causes on the runner measured: {causes}; measured {measured}, "
+                     f"{expected}")
     lines += [f"- disagreement: {d}" for d in a["disagreements"]]
+    lines += [f"- not counted: {u}" for u in a.get("unjudged", [])]
     return "\n".join(lines) + "\n"
 
 

@@ -62,8 +62,8 @@ def test_the_aux_ids_move_one_layer_and_the_layer_moves_under_a_prefix_no_loader
     assert not [k for k in keys if k.startswith("layers.0.")] and [k for k in keys if k.startswith("decoder.layers.0.")]
 
 
-def _row(brk, length, root_causes):
-    return {"draft": "d", "break": brk, "acceptance": {"mean_acceptance_length": length},
+def _row(brk, length, root_causes, contract="d2t-semantics"):
+    return {"draft": "d", "break": brk, "contract": contract, "acceptance": {"mean_acceptance_length": length},
             "verdict_v1": {"root_causes": root_causes}}
 
 
@@ -74,3 +74,28 @@ def test_agreement_counts_a_predicted_drop_and_names_each_disagreement():
     assert (result["variants"], result["agree"]) == (3, 1)
     assert result["disagreements"] == ["d / head replaced: all pass, yet acceptance dropped",
                                        "d / norm flipped: a root-cause failure, yet acceptance held"]
+
+
+def test_a_variant_check_could_not_judge_or_not_measured_is_not_counted_either_way():
+    unjudged = _row("d2t absolute", 1.0, [])
+    unjudged["verdict_v1"]["error"] = "vllm==0.32.0:v1 worker exited (1): IndexError"
+    failed_job = _row("d2t missing", None, ["d2t-semantics"])
+    failed_job["acceptance"] = {"error": "the acceptance job in vLLM 0.32.0's environment failed: OSError"}
+    result = agreement([_row("pristine", 3.9, []), unjudged, failed_job, _row("d2t zeroed", 1.03, ["d2t-semantics"])])
+    assert (result["variants"], result["agree"], result["disagreements"]) == (1, 1, [])
+    assert [u.split(":")[0] for u in result["unjudged"]] == ["d / d2t absolute", "d / d2t missing"]
+
+
+def test_a_break_is_predicted_only_by_a_root_cause_its_pristine_draft_does_not_have():
+    """Model Optimizer's converged draft already fails forward-parity (the yarn rope its export writes) and, on
+    Model Runner V1, hidden-width: a break of forward-parity cannot show whether it is caught, and a break that adds
+    d2t-semantics is predicted by that alone."""
+    pristine = _row("pristine", 3.69, ["hidden-width", "forward-parity"])
+    head = _row("head replaced", 1.0, ["hidden-width", "forward-parity"], "forward-parity")
+    zeroed = _row("d2t zeroed", 1.02, ["d2t-semantics", "hidden-width", "forward-parity"])
+    prefix = _row("layer under a dropped prefix", 3.6, ["hidden-width", "forward-parity"], "key-naming")
+    result = agreement([pristine, head, zeroed, prefix])
+    assert (result["variants"], result["agree"]) == (2, 2)
+    assert result["unjudged"] == ["d / head replaced: forward-parity already fails on the pristine draft"]
+    assert result["pristine"] == [{"draft": "d", "root_causes": ["hidden-width", "forward-parity"],
+                                   "mean_acceptance_length": 3.69, "trainer_expectation": None, "gap": None}]
