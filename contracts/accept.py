@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from contracts.checkpoint import Checkpoint
+from contracts.checkpoint import Checkpoint, text_config
 
 # How far vLLM's measured mean acceptance length may sit from the trainer's expectation before it is a verdict. Both
 # decode the same prompts greedily; they differ only by float rounding (vLLM's kernels vs transformers), which flips
@@ -85,7 +85,7 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
         out["noise"] = NOISE
         if out["gap"] > NOISE:
             out["verdict"] = "below the trainer's expectation"
-            out["explained_by"] = _explained_by(draft, target, f"vllm=={version}:v1")
+            out["explained_by"], out["warned_by"] = _explained_by(draft, target, f"vllm=={version}:v1")
     return out
 
 
@@ -97,7 +97,7 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
 
     checkpoint = Checkpoint.open(draft)
     trainer = checkpoint.trainer_format
-    release = checkpoint.config.get("speculators_version") if trainer == "speculators" else None
+    release, which = _trainer_release(checkpoint, trainer)
     if trainer not in PROPOSERS or not release:
         return {"unavailable": f"no trainer expectation for {trainer} drafts yet"}
     from contracts.engines.remote import run_module
@@ -107,25 +107,41 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
         python = environment_for(trainer, release)
     except TrainerBuildError as e:
         return {"unavailable": str(e)}
-    vocab = int(Checkpoint.open(target, require_weights=False).config.get("vocab_size") or 0)
+    vocab = int(text_config(Checkpoint.open(target, require_weights=False).config).get("vocab_size") or 0)
     job = {"trainer": trainer, "tokens": options["tokens"], "n_prompts": options["n_prompts"],
            "max_tokens": options["max_tokens"], "prompts": fixed_prompts(vocab, options["n_prompts"])}
     done = run_module(python, "contracts.trainers.expectation", str(draft), str(target), json.dumps(job))
     if done.returncode != 0:
         return {"unavailable": f"{trainer} {release} could not run the draft: {_last_error(done.stderr)}"}
-    return {"trainer": trainer, "version": release, **json.loads(done.stdout.strip().splitlines()[-1])}
+    return {"trainer": trainer, "version": release, "version_from": which,
+            **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
-def _explained_by(draft: Path, target: Path, engine: str) -> list[str]:
-    """The root-cause contracts ``check`` fails on the runner measured (what explains a gap), else []."""
+def _trainer_release(checkpoint: Checkpoint, trainer: str) -> tuple[str | None, str]:
+    """The trainer release whose modules compute the expectation: the one the checkpoint names (speculators writes
+    ``speculators_version``), else the release that trained the bundled converged draft of that trainer (Model
+    Optimizer's and SpecForge's exports name none)."""
+    if trainer == "speculators" and checkpoint.config.get("speculators_version"):
+        return checkpoint.config["speculators_version"], "the checkpoint's speculators_version"
+    from contracts.bundled import manifest
+
+    entry = manifest().get(f"converged-{trainer}") or {}
+    return entry.get("trainer_version"), "the export names no release: the bundled converged draft's"
+
+
+def _explained_by(draft: Path, target: Path, engine: str) -> tuple[list[str], list[str]]:
+    """What ``check`` says on the runner measured: the root-cause contracts it fails (what explains a gap), and the
+    warnings it gives ("contract: summary"), which may explain the rest."""
+    from contracts.bundled import bundled_subject_for
     from contracts.subject import Subject, report
 
-    subject = Subject(draft.name, draft, target, engine=engine)
+    subject = bundled_subject_for(draft, engine, target) or Subject(draft.name, draft, target, engine=engine)
     try:
         rep = report(subject)
     finally:
         subject.close()
-    return [r["contract"] for r in rep["results"] if r["status"] == "fail" and r.get("root_cause")]
+    return ([r["contract"] for r in rep["results"] if r["status"] == "fail" and r.get("root_cause")],
+            [f"{r['contract']}: {r['summary']}" for r in rep["results"] if r["status"] == "warn"])
 
 
 def _last_error(stderr: str) -> str:
@@ -151,12 +167,15 @@ def render_text(result: dict) -> str:
              f"({result['seconds_build']:.0f} s engine start-up)"]
     expected = result.get("trainer_expectation") or {}
     if expected.get("mean_acceptance_length") is not None:
-        lines.append(f"  the trainer's expectation ({expected['trainer']} {expected['version']}'s own forward, the "
+        lines.append(f"  the trainer's expectation ({expected['trainer']} {expected['version']}'s own modules, the "
                      f"target in transformers, the same prompts): {expected['mean_acceptance_length']:.2f}; gap "
                      f"{result['gap']:+.2f} (noise {result['noise']:.2f})")
     elif expected.get("unavailable"):
         lines.append(f"  the trainer's expectation: none ({expected['unavailable']})")
     if result.get("verdict"):
-        why = ", ".join(result["explained_by"]) or "no contract fails on this runner: report it"
+        why = ", ".join(result["explained_by"]) or "no contract fails on this runner"
         lines.append(f"  FAIL: served {result['gap']:.2f} below the trainer's expectation; explained by: {why}")
+        lines += [f"  and warned: {w}" for w in result.get("warned_by", [])]
+        if not result["explained_by"] and not result.get("warned_by"):
+            lines.append("  nothing check says explains it: report it")
     return "\n".join(lines) + "\n"

@@ -126,7 +126,7 @@ BREAKS = [
     Break("d2t absolute", "d2t-semantics", "d2t holds the target ids instead of offsets",
           _edit_tensors(_d2t(_absolute_d2t))),
     Break("d2t missing", "d2t-semantics", "no d2t tensor", _edit_tensors(_d2t(_drop_d2t))),
-    Break("aux ids one layer off", "forward-parity", "eagle_aux_hidden_state_layer_ids each + 1",
+    Break("aux ids one layer off", "hidden-width", "eagle_aux_hidden_state_layer_ids each + 1",
           _edit_config("eagle_aux_hidden_state_layer_ids", lambda ids: [i + 1 for i in ids])),
     Break("head replaced", "forward-parity", "lm_head replaced by random weights of the same scale",
           _edit_tensors(_random_head)),

@@ -477,20 +477,42 @@ def test_accept_refuses_what_a_cpu_cannot_serve_in_one_line(capsys, args, why):
 CONVERGED = FIXTURES / "converged"
 
 
-def _accept(capsys, tmp_path, draft) -> dict:
+def _accept(capsys, tmp_path, draft, *options, code=0) -> dict:
     out = tmp_path / f"accept-{draft.name}.json"
-    code = main(["accept", str(draft), "--target", str(CONVERGED / "target"), "--engine", VLLM, "--format", "json",
-                 "--output", str(out)])
-    assert code == 0, capsys.readouterr().err
+    got = main(["accept", str(draft), "--target", str(CONVERGED / "target"), "--engine", VLLM, "--format", "json",
+                "--output", str(out), *options])
+    assert got == code, capsys.readouterr().err
     return json.loads(out.read_text())
 
 
-def test_a_converged_draft_is_accepted_on_vllms_loop(capsys, tmp_path):
-    """speculators' own training loop, run to convergence on the converged target: 3 draft tokens, greedy."""
+def test_a_converged_draft_is_accepted_on_vllms_loop_as_its_trainer_expects(capsys, tmp_path):
+    """speculators' own training loop, run to convergence on the converged target: 3 draft tokens, greedy; beside
+    it, speculators' own forward decoding the same prompts with the target in transformers."""
+    from contracts.accept import NOISE
+
     result = _accept(capsys, tmp_path, CONVERGED / "speculators")
     assert result["mean_acceptance_length"] >= 1.8
     assert result["num_speculative_tokens"] == 3 and result["temperature"] == 0
     assert all(rate > 0.5 for rate in result["acceptance_rate_per_position"])
+    expected = result["trainer_expectation"]
+    assert (expected["trainer"], expected["version"]) == ("speculators", "0.9.0")
+    assert abs(result["gap"]) <= NOISE and "verdict" not in result
+
+
+def test_a_rope_the_export_changed_is_served_below_model_optimizers_own_expectation(capsys, tmp_path):
+    """Model Optimizer's converged draft with the rope base its export declares changed from the one it trained
+    with: its own speculative generation (pseudo_speculative_generate, in its own environment) still drafts as
+    trained, vLLM serves the declared rope, and the gap is a verdict (exit 1) with what check says beside it."""
+    from contracts.accept import NOISE
+
+    draft = make_copy(CONVERGED / "modelopt", tmp_path / "rope", config={"rope_theta": 100.0})
+    result = _accept(capsys, tmp_path, draft, code=1)
+    expected = result["trainer_expectation"]
+    assert (expected["trainer"], expected["version"]) == ("modelopt", "0.47.0")
+    assert "pseudo_speculative_generate" in expected["how"] and expected["mean_acceptance_length"] >= 3.5
+    assert result["gap"] > NOISE and result["verdict"] == "below the trainer's expectation"
+    assert "hidden-width" in result["explained_by"]  # V1 reads its aux ids as layer inputs: one layer early
+    assert any(w.startswith("config: ") and "rope" in w for w in result["warned_by"])
 
 
 def test_a_zeroed_d2t_collapses_acceptance_and_fails_d2t_semantics(capsys, tmp_path):

@@ -110,7 +110,52 @@ def speculators_proposer(draft_dir: str, target_dir: str):
                              f"target in transformers float32, hidden_states{indices}")
 
 
-PROPOSERS = {"speculators": speculators_proposer}
+def modelopt_proposer(draft_dir: str, target_dir: str):
+    """Model Optimizer's own speculative generation, ``HFEagleModel.pseudo_speculative_generate`` (what its
+    ``AcceptanceRateValidation`` runs): the target converted with its EAGLE-3 module as a user's training run
+    converts it (``EAGLE3_DEFAULT_CFG`` with the export's geometry, aux ids and draft vocabulary; the rope it trains
+    with, not the one its export declares), the exported weights loaded into that module. Each round it recomputes
+    the target's next token and drafts ``k`` from it. Returns (propose, target, description)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from contracts.trainers.common import TinyTarget
+    from contracts.trainers.modelopt import _convert
+
+    draft = json.loads((Path(draft_dir) / "config.json").read_text())
+    eagle_config = draft.get("eagle_config") or {}
+    found = TinyTarget.from_directory(Path(target_dir))
+    target_model = TinyTarget(found.name, found.directory, found.geometry, stored_as=str(Path(target_dir).resolve()))
+    vocab = int(target_model.vocab_size)
+    draft_vocab = int(draft.get("draft_vocab_size") or vocab)
+    model, _ = _convert(target_model, eagle_config.get("eagle_aux_hidden_state_layer_ids"),
+                        draft_vocab if draft_vocab != vocab else None)
+    saved = load_file(str(Path(draft_dir) / "model.safetensors"))
+    own = model.eagle_module.state_dict()
+    if "lm_head.weight" not in own:  # the export wrote the base model's head, which the model has already
+        saved.pop("lm_head.weight", None)
+    unknown = sorted(set(saved) - set(own))
+    if unknown:
+        raise RuntimeError(f"Model Optimizer's EAGLE module has no {unknown[:3]}")
+    missing = model.eagle_module.load_state_dict(saved, strict=False).missing_keys
+    if missing:
+        raise RuntimeError(f"the export lacks {missing[:3]} of Model Optimizer's EAGLE module")
+    model = model.eval()
+    target = _hf_target(target_dir, [0])  # it verifies; the module captures its own aux states
+
+    def propose(seq, _states, bonus, k):
+        with torch.no_grad():
+            base, drafted = model.pseudo_speculative_generate(torch.tensor([seq]), steps=k)
+        if int(base[0, 0]) != bonus:
+            raise RuntimeError(f"Model Optimizer's base forward chose {int(base[0, 0])}, the target {bonus}")
+        return [int(t) for t in drafted[0]]
+
+    ids = list(model.eagle_config.eagle_aux_hidden_state_layer_ids)
+    return propose, target, (f"Model Optimizer HFEagleModel.pseudo_speculative_generate (EAGLE3_DEFAULT_CFG, aux ids "
+                             f"{ids}, draft vocab {draft_vocab}, its training rope), target in transformers float32")
+
+
+PROPOSERS = {"speculators": speculators_proposer, "modelopt": modelopt_proposer}
 
 
 def expectation(trainer: str, draft_dir: str, target_dir: str, *, tokens: int, n_prompts: int, max_tokens: int,
