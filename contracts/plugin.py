@@ -32,6 +32,10 @@ def pytest_addoption(parser):
                     help="speculators, specforge or modelopt: build a tiny draft with the release installed here "
                          "(build-tiny) and judge it; the contracts its bundled twin is documented to fail are "
                          "xfail(strict), so only a change in verdicts fails the run (repeatable)")
+    group.addoption("--accept", action="store_true", default=False, dest="contracts_accept",
+                    help="with --build-with: also train a draft to convergence on the converged target with the "
+                         "installed release (the bundled fixtures/converged/TRAINER's builder) and add accept[TRAINER], "
+                         "which fails when vLLM's serving loop accepts it less than that bundled draft minus noise")
     group.addoption("--build-dir", default=None, metavar="DIR", dest="contracts_build_dir",
                     help="where --build-with builds (kept: DIR/TRAINER); default a temporary directory, removed")
     group.addoption("--contracts-only", default=None, metavar="IDS",
@@ -146,8 +150,23 @@ def _builds(config) -> dict:
             builds[trainer] = {"directory": str(out), "trainer_version": record["trainer_version"]}
         except (BuildRefused, TrainerAPIChanged) as e:
             builds[trainer] = {"error": f"build-tiny: {e}"}
+        if config.getoption("contracts_accept"):
+            builds[trainer]["converged"] = _converged_build(trainer, Path(root) / f"{trainer}-converged")
     config.stash[_BUILDS_KEY] = builds
     return builds
+
+
+def _converged_build(trainer: str, out) -> dict:
+    """``--accept``: the installed release's draft trained to convergence (``contracts.trainers.converged_build``),
+    as {"directory": ...} or {"error": its one line}."""
+    from contracts.trainers.converged_build import build_in_subprocess
+    from contracts.trainers.tiny import BuildRefused
+
+    try:
+        record = build_in_subprocess(trainer, out)
+    except BuildRefused as e:
+        return {"error": str(e)}
+    return {"directory": str(out), "trainer_version": record["trainer_version"]}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -262,6 +281,56 @@ class BuildItem(pytest.Item):
         return self.built.get("directory", "build-tiny"), None, f"build[{self.trainer}]"
 
 
+class AcceptItem(pytest.Item):
+    """``accept[TRAINER]`` (``--build-with TRAINER --accept``): the installed release's converged draft and the bundled
+    one, measured in one run on vLLM's serving loop (greedy, the same prompts); it fails when the build's mean
+    acceptance length falls more than ``accept.NOISE`` below the bundled draft's: a training change that serves
+    fine at step 0 yet no longer converges to a draft the engine accepts."""
+
+    def __init__(self, *, trainer: str, built: dict, engine: str, **kwargs):
+        super().__init__(**kwargs)
+        self.trainer, self.built, self.engine = trainer, built, engine
+        self.add_marker("contracts")
+        self.add_marker(pytest.mark.xdist_group(f"accept-{engine}"))
+
+    def runtest(self):
+        from pathlib import Path
+
+        from contracts.accept import AcceptUnavailable, ServingRefused
+        from contracts.trainers.converged_build import compare_to_twin
+
+        self.user_properties += [("trainer", self.trainer), ("engine", self.engine)]
+        if "error" in self.built:
+            raise BuildFailed(self.built["error"])
+        try:
+            verdict = compare_to_twin(Path(self.built["directory"]) / "draft", self.trainer, self.engine)
+        except (AcceptUnavailable, ServingRefused) as e:
+            raise BuildFailed(str(e)) from None
+        self.user_properties += [(f"{who}_mean_acceptance_length", verdict[who]) for who in ("build", "bundled")]
+        if verdict["failure"]:
+            raise BuildFailed(f"{self.trainer} {self.built.get('trainer_version')}: {verdict['failure']}")
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, BuildFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.built.get("directory", "converged build"), None, f"accept[{self.trainer}]"
+
+
+def _accept_engine(config) -> str:
+    """The vLLM release ``accept[...]`` measures on: the run's first vLLM engine, else the pinned one, on Model
+    Runner V1 (the only runner vLLM's CPU build serves with)."""
+    from contracts.engines import VLLM_PINNED, canonical, parse_spec
+
+    for spec in engines(config):
+        name, version = parse_spec(canonical(spec))
+        if name == "vllm":
+            return f"vllm=={version}:v1"
+    return f"vllm=={VLLM_PINNED}:v1"
+
+
 class ContractsCollector(pytest.Collector):
     def collect(self):
         from contracts.engines import release
@@ -269,6 +338,9 @@ class ContractsCollector(pytest.Collector):
 
         for trainer, built in _builds(self.config).items():
             yield BuildItem.from_parent(self, name=f"build[{trainer}]", trainer=trainer, built=built)
+            if "converged" in built:
+                yield AcceptItem.from_parent(self, name=f"accept[{trainer}]", trainer=trainer,
+                                             built=built["converged"], engine=_accept_engine(self.config))
         only = self.config.getoption("contracts_only")
         ids = [c.strip() for c in only.split(",")] if only else None
         expected = self.config.stash.get(_EXPECTED_KEY, {})

@@ -123,11 +123,16 @@ def _training_repository_env(root: Path) -> Path:
     return env / "bin" / "python"
 
 
-def test_build_with_in_a_training_repository_builds_once_and_judges_on_each_engine(tmp_path):
+@pytest.fixture(scope="module")
+def training_repo_python(tmp_path_factory) -> Path:
+    return _training_repository_env(tmp_path_factory.mktemp("training-repo-env"))
+
+
+def test_build_with_in_a_training_repository_builds_once_and_judges_on_each_engine(tmp_path, training_repo_python):
     """`pytest -m contracts --build-with speculators --engine ...` with JUnit output, in a directory that knows nothing
     of this repository: one build item, every contract on each engine, the bundled twin's documented failures
     xfail(strict), so the run is green exactly when the trainer's new code gets the verdicts its release had."""
-    python = _training_repository_env(tmp_path)
+    python = training_repo_python
     work = tmp_path / "training-repo"
     work.mkdir()
     junit = tmp_path / "contracts.xml"
@@ -151,6 +156,45 @@ def test_build_with_in_a_training_repository_builds_once_and_judges_on_each_engi
     record = read_record(tmp_path / "builds" / "speculators")
     assert record["trainer_version"] == "0.9.0"
     assert list((tmp_path / "builds").iterdir()) == [tmp_path / "builds" / "speculators"]
+
+
+def test_accept_trains_to_convergence_in_a_training_repository_and_measures_it_beside_the_bundled_draft(
+        tmp_path, training_repo_python):
+    """`pytest -m contracts --build-with speculators --accept`: the installed release trains the converged draft with
+    its own training loop, and accept[speculators] measures it and the bundled one on vLLM's serving loop."""
+    work = tmp_path / "training-repo"
+    work.mkdir()
+    junit = tmp_path / "accept.xml"
+    proc = subprocess.run([str(training_repo_python), "-m", "pytest", "-p", "no:cacheprovider", "-m", "contracts",
+                           "--build-with", "speculators", "--accept", "--build-dir", str(tmp_path / "builds"),
+                           "--engine", "vllm==0.32.0", "--contracts-only", "d2t-semantics", f"--junitxml={junit}",
+                           "-rA"], cwd=work, capture_output=True, text=True, timeout=2400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    accept = cases["accept[speculators]"]
+    assert [child.tag for child in accept if child.tag != "properties"] == []
+    props = {p.get("name"): p.get("value") for p in accept.iter("property")}
+    assert props["engine"] == "vllm==0.32.0:v1"
+    assert float(props["build_mean_acceptance_length"]) >= 1.8
+    assert float(props["bundled_mean_acceptance_length"]) >= 1.8
+    record = read_record(tmp_path / "builds" / "speculators-converged")
+    assert record["trainer_version"] == "0.9.0" and record["bundled_twin"] == "converged-speculators"
+    # the fixture's release, the fixture's builder: the bundled converged draft, byte for byte
+    assert record["files"] == json.loads((FIXTURES / "manifest.json").read_text())["converged-speculators"]["files"]
+
+
+def test_accept_fails_a_converged_build_the_engine_accepts_less_than_the_bundled_draft(tmp_path):
+    """The comparison accept[TRAINER] makes, on a build whose d2t a training change zeroed."""
+    import torch
+
+    from contracts.trainers.converged_build import compare_to_twin
+    from tests.conftest import make_copy
+
+    draft = make_copy(FIXTURES / "converged" / "speculators", tmp_path / "zeroed",
+                      replace={"d2t": torch.zeros(64, dtype=torch.int64)})
+    verdict = compare_to_twin(draft, "speculators", "vllm==0.32.0:v1")
+    assert verdict["build"] <= 1.2 and verdict["bundled"] >= 1.8
+    assert "its training no longer converges to a draft the engine accepts" in verdict["failure"]
 
 
 def test_build_tiny_says_when_the_trainer_is_not_installed(tmp_path, capsys):

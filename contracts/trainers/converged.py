@@ -99,11 +99,13 @@ def target_hidden_states(corpus, layer_ids: list[int], directory: Path = TARGET.
             yield {"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": x[0].clone()}
 
 
-def train_speculators(scratch: Path, directory: Path = CONVERGED / "speculators") -> dict:
+def train_speculators(scratch: Path, directory: Path = CONVERGED / "speculators", record=record_fixture,
+                      reference_path: Path | None = None) -> dict:
     """speculators' own training entry point (``speculators.train.cli.main``: vocab mapping from the corpus' token
     frequencies, ``build_draft_model``, its data loader and ``Trainer``) on the target's hidden states, its defaults
     except what a CPU and a small corpus need (sdpa attention, float32, the eager loss: its fused one is
-    Triton; no loader workers, epochs, lr)."""
+    Triton; no loader workers, epochs, lr). ``record``: what receives the fixture's entry (the manifest; a pre-merge
+    build keeps it to itself); ``reference_path``: where its reference forward goes (default fixtures/references/)."""
     import json
     from importlib.metadata import version
 
@@ -150,9 +152,9 @@ def train_speculators(scratch: Path, directory: Path = CONVERGED / "speculators"
     if selected != torch.nonzero(saved["t2d"]).flatten().tolist():
         raise RuntimeError("speculators' d2t and t2d disagree")
     name = "converged-speculators"
-    ref = reference(name, version("speculators"), TARGET, directory)
+    ref = reference(name, version("speculators"), TARGET, directory, reference_path)
     ref.pop("trained_hidden_states")
-    return record_fixture(
+    return record(
         name, directory, trainer="speculators", trainer_version=version("speculators"),
         command="python -m contracts.trainers.converged speculators", target=TARGET.name, role=ROLE,
         dtype="bfloat16", selected_target_ids=selected, aux_layer_ids=layer_ids, aux_layer_convention=AUX_CONVENTION,

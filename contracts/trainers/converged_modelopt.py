@@ -112,7 +112,8 @@ def _held_out(model, rows: list[dict]) -> dict:
             "accuracy": [round(sum(a[k] for a in accs) / len(accs), 4) for k in range(steps)]}
 
 
-def train_modelopt(scratch: Path, directory: Path = CONVERGED / "modelopt") -> dict:
+def train_modelopt(scratch: Path, directory: Path = CONVERGED / "modelopt", record=record_fixture,
+                   reference_path: Path | None = None) -> dict:
     """Model Optimizer's EAGLE-3 module on the converged target, trained by ``transformers.Trainer`` as its example
     does (library defaults except what a CPU and a tiny model need: float32, no torch.compile, lr, warmup, epochs,
     batch), stopped when the held-out step-0 accuracy plateaus, exported by ``export_speculative_decoding``."""
@@ -189,10 +190,10 @@ def train_modelopt(scratch: Path, directory: Path = CONVERGED / "modelopt") -> d
     accs = trainer.state.training_accs
 
     export(model, scratch / "export", directory)
-    ref = reference(model, "converged-modelopt", TARGET, version("nvidia-modelopt"))
+    ref = reference(model, "converged-modelopt", TARGET, version("nvidia-modelopt"), reference_path)
     ref.pop("trained_hidden_states")  # the manifest's convention field says it
     tail = accs[-25:]
-    return record_fixture(
+    return record(
         "converged-modelopt", directory, trainer="modelopt", trainer_version=version("nvidia-modelopt"),
         command=COMMAND, target=TARGET.name, dtype="float32",
         role=ROLE, selected_target_ids=selected,

@@ -185,7 +185,8 @@ def _public(config: dict, scratch: Path) -> dict:
     return json.loads(text)
 
 
-def train_specforge(scratch: Path, directory: Path = CONVERGED / "specforge") -> dict:
+def train_specforge(scratch: Path, directory: Path = CONVERGED / "specforge", record=record_fixture,
+                    reference_path: Path | None = None) -> dict:
     import torch
     from importlib.metadata import version
 
@@ -263,7 +264,8 @@ def train_specforge(scratch: Path, directory: Path = CONVERGED / "specforge") ->
     # its own training step's forward on the reference prompt (forward-parity), the export warm-started into it;
     # the target as TargetHead reads it, named in the reference by its repository path
     view_target = TinyTarget(TARGET.name, view, TARGET.geometry, stored_as=TARGET.path)
-    ref = reference(scratch, draft_config_path, list(capture_ids), NAME, view_target, out_dir=directory)
+    ref = reference(scratch, draft_config_path, list(capture_ids), NAME, view_target, out_dir=directory,
+                    path=reference_path)
 
     best_step = int(best["step"])
     best_eval = dict(next(m for step, m in evals if step == best_step))
@@ -272,7 +274,7 @@ def train_specforge(scratch: Path, directory: Path = CONVERGED / "specforge") ->
     rounded = lambda m: {k: ([round(x, 4) for x in v] if isinstance(v, list) else round(v, 4))  # noqa: E731
                          for k, v in sorted(m.items()) if not k.startswith("perf/")}
     print(f"features {features_s:.1f}s, specforge train {train_s:.1f}s", file=sys.stderr)
-    return record_fixture(
+    return record(
         NAME, directory, trainer="specforge", trainer_version=version("specforge"), command=COMMAND,
         target=TARGET.name, role=ROLE, dtype=float_dtype(directory / "model.safetensors"),
         export="specforge.export.to_sglang.export_to_sglang", selected_target_ids=selected,
