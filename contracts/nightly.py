@@ -15,8 +15,12 @@ and updates the table itself (``--data``, default fixtures/compatibility.json, r
 Then the trainer-release axis (``contracts.trainer_compatibility``, unless ``--no-trainers``): every trainer release
 the table lacks builds a tiny draft in its own environment and is judged on the trainer grid's engine releases; a
 contract that fails where the trainer's previous release held is newly failing too (``newly_failing.json``).
-Exit 1 when a contract newly fails. Drift alone is reported, not failed: a new release may move the surface without
-breaking a contract, and the table says whether it did.
+Then the acceptance study (``contracts.acceptance_study``, unless ``--no-acceptance``) on every vLLM release judged
+tonight: the converged drafts and each contract's break, verdicts beside what that release's own serving loop
+measures, written to ``acceptance-<release>.md`` / ``.json``; a disagreement (a root-cause failure where acceptance
+held, or an all-pass where it collapsed) means the verdicts no longer predict that release.
+Exit 1 when a contract newly fails or the study disagrees. Drift alone is reported, not failed: a new release may
+move the surface without breaking a contract, and the table says whether it did.
 
     python -m contracts.nightly [--out DIR] [--engines sglang==A,vllm==B,...] [-n N] [--only IDS]
     python -m contracts.nightly --write-snapshot     (refresh the pinned release's snapshot, after review)
@@ -108,6 +112,8 @@ def main(argv=None) -> int:
     p.add_argument("-n", type=int, default=1, help="pytest-xdist workers for the sweep (one release each)")
     p.add_argument("--only", help="comma-separated contract ids (default: all)")
     p.add_argument("--no-trainers", action="store_true", help="skip the trainer releases new to the table")
+    p.add_argument("--no-acceptance", action="store_true",
+                   help="skip the acceptance study on the vLLM releases judged tonight")
     p.add_argument("--write-snapshot", action="store_true",
                    help="write the newest release's surface to fixtures/surface/ and stop")
     args = p.parse_args(argv)
@@ -157,16 +163,38 @@ def main(argv=None) -> int:
                                                     "drift": rows}, indent=2) + "\n")
         (out / "drift.md").write_text(f"# Contract-surface drift: SGLang {newest} vs {pinned_version}\n\n"
                                       + drift_markdown(snapshot, surface, rows))
+        disagreements = [] if args.no_acceptance else acceptance_report(out, judged)
     finally:
         close_all()
     print(f"judged {len(judged)} engine release(s) and {len(trainer_keys)} trainer release(s) new to the table; drift against the {pinned_version} snapshot: "
           f"{len(rows)} difference(s); wrote {out}/matrix.md, matrix.json, newly_failing.json, drift.md, drift.json")
+    for line in disagreements:
+        print(f"acceptance study: {line}", file=sys.stderr)
     if failing:
         print("newly failing: " + "; ".join(f"{c['engine']} {c.get('subject') or c['trainer']} {c['contract']}: "
                                             f"{c['summary'][:200]}"
                                             for c in failing), file=sys.stderr)
         return 1
-    return 0
+    return 1 if disagreements else 0
+
+
+def acceptance_report(out: Path, specs: list[str], **selection) -> list[str]:
+    """The acceptance study on each vLLM release among SPECS (once per release, whatever paths were judged), written
+    to OUT/acceptance-<release>.md and .json; returns each disagreement as "release: draft / break: what"
+    (``selection``: the study's ``drafts`` / ``breaks``, to run part of it)."""
+    from contracts import acceptance_study
+    from contracts.engines import canonical, parse_spec
+
+    releases = dict.fromkeys(f"vllm=={parse_spec(s)[1]}" for s in specs if parse_spec(canonical(s))[0] == "vllm")
+    found = []
+    for release in releases:
+        doc = acceptance_study.study(release, **selection)
+        name = release.replace("==", "-")
+        (out / f"acceptance-{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (out / f"acceptance-{name}.md").write_text(f"# Acceptance study: {release}\n\n"
+                                                   + acceptance_study.render_markdown(doc))
+        found += [f"{release}: {d}" for d in doc["agreement"]["disagreements"]]
+    return found
 
 
 if __name__ == "__main__":

@@ -90,3 +90,18 @@ def test_the_releases_new_to_the_table_are_every_release_since_eagle3_it_lacks()
     new = nightly.new_releases({"releases": have}, "0.5.23")
     assert "sglang==0.5.23" in new and "vllm==0.32.0" in new and "sglang==0.5.9" not in new
     assert "sglang==0.4.4" in have and all(not s.startswith("sglang==0.4.3") for s in new)
+
+
+def test_the_nightly_runs_the_acceptance_study_on_each_vllm_release_it_judged(tmp_path):
+    """Once per vLLM release, whatever paths were judged (SGLang's serving loop does not run on a CPU); here the
+    speculators draft and its zeroed d2t, which the verdicts and the measurement agree on."""
+    from contracts.acceptance_study import BREAKS
+
+    found = nightly.acceptance_report(tmp_path, ["sglang==0.5.9", "vllm==0.32.0", "vllm==0.32.0:v1"],
+                                      drafts=["converged-speculators"], breaks=BREAKS[:2])
+    assert found == []
+    doc = json.loads((tmp_path / "acceptance-vllm-0.32.0.json").read_text())
+    assert [r["break"] for r in doc["rows"]] == ["pristine", "d2t zeroed"]
+    assert (doc["agreement"]["variants"], doc["agreement"]["agree"]) == (1, 1)
+    assert "| converged-speculators | d2t zeroed | d2t-semantics |" in (tmp_path / "acceptance-vllm-0.32.0.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["acceptance-vllm-0.32.0.json", "acceptance-vllm-0.32.0.md"]
