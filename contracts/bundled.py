@@ -20,8 +20,6 @@ def manifest() -> dict:
 def bundled_subjects(engine: str = "sglang") -> list:
     """A ``Subject`` for every trainer-built draft in the manifest (with its target and the target ids the
     trainer's own vocab mapping selected), in a stable order."""
-    from contracts.subject import Subject
-
     entries = manifest()
     return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items())
             if _is_draft(entry) and entry.get("role") != "converged"]

@@ -281,16 +281,15 @@ class BuildItem(pytest.Item):
         return self.built.get("directory", "build-tiny"), None, f"build[{self.trainer}]"
 
 
-class AcceptItem(pytest.Item):
+class AcceptItem(BuildItem):
     """``accept[TRAINER]`` (``--build-with TRAINER --accept``): the installed release's converged draft and the bundled
     one, measured in one run on vLLM's serving loop (greedy, the same prompts); it fails when the build's mean
     acceptance length falls more than ``accept.NOISE`` below the bundled draft's: a training change that serves
     fine at step 0 yet no longer converges to a draft the engine accepts."""
 
-    def __init__(self, *, trainer: str, built: dict, engine: str, **kwargs):
+    def __init__(self, *, engine: str, **kwargs):
         super().__init__(**kwargs)
-        self.trainer, self.built, self.engine = trainer, built, engine
-        self.add_marker("contracts")
+        self.engine = engine
         self.add_marker(pytest.mark.xdist_group(f"accept-{engine}"))
 
     def runtest(self):
@@ -309,11 +308,6 @@ class AcceptItem(pytest.Item):
         self.user_properties += [(f"{who}_mean_acceptance_length", verdict[who]) for who in ("build", "bundled")]
         if verdict["failure"]:
             raise BuildFailed(f"{self.trainer} {self.built.get('trainer_version')}: {verdict['failure']}")
-
-    def repr_failure(self, excinfo):
-        if isinstance(excinfo.value, BuildFailed):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
 
     def reportinfo(self):
         return self.built.get("directory", "converged build"), None, f"accept[{self.trainer}]"

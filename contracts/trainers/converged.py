@@ -165,6 +165,19 @@ def train_speculators(scratch: Path, directory: Path = CONVERGED / "speculators"
                   "validation": {k: round(v, 4) for k, v in validation.items()}})
 
 
+def build_one(name: str, train) -> int:
+    """``python -m contracts.trainers.converged_<trainer>``: ``train(scratch)`` from the repository root (the target
+    is named repo-relative in what the trainers save) in a scratch directory removed afterwards."""
+    import os
+    import tempfile
+
+    os.chdir(REPO_ROOT)
+    with tempfile.TemporaryDirectory(prefix=f"eagle3-contracts-{name}-") as scratch:
+        entry = train(Path(scratch))
+    print(f"{name} written to {entry['path']}: {sorted(entry['files'])}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     import os
     import tempfile

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
+from contracts.trainers import modelopt as modelopt_fixtures
 from contracts.trainers.common import REPO_ROOT, SEED, record_fixture
-from contracts.trainers.converged import CONVERGED, ROLE, SEQUENCE, TARGET, THREADS
+from contracts.trainers.converged import CONVERGED, ROLE, SEQUENCE, TARGET, THREADS, build_one
 from contracts.trainers.language import Language
 
 COMMAND = "tox -e fixtures-converged-modelopt"
@@ -47,20 +47,9 @@ WARMUP_STEPS = 40
 MAX_EPOCHS = 10
 PATIENCE = 2  # epochs without a held-out step-0 accuracy gain of MIN_GAIN: the plateau
 MIN_GAIN = 0.002
-FUNCTIONS_CALLED = [
-    "transformers.AutoModelForCausalLM.from_pretrained",
-    "modelopt.torch.speculative.config.EAGLE3_DEFAULT_CFG",
-    "modelopt.torch.speculative.convert",
-    "modelopt.torch.speculative.plugins.hf_eagle.HFEagleModel.modify",
-    "modelopt.torch.speculative.plugins.hf_eagle.default_eagle_aux_layer_ids",
-    "modelopt.torch.speculative.utils.calibrate_frequent_vocab",
-    "modelopt.torch.speculative.utils.get_conversation_input_ids",
-    "modelopt.torch.speculative.plugins.hf_eagle.HFEagleModel.load_draft_vocab_cache",
-    "transformers.Trainer.train",
-    "modelopt.torch.speculative.plugins.hf_eagle.HFEagleModel.forward",
-    "modelopt.torch.export.unified_export_hf.export_speculative_decoding",
-    "modelopt.torch.export.plugins.hf_spec_export.EagleExporter.export",
-]
+# modelopt-default's calls, with its draft vocabulary and transformers' Trainer in place of one AdamW step
+FUNCTIONS_CALLED = [*modelopt_fixtures.FUNCTIONS_CALLED[:5], *modelopt_fixtures.VOCAB_FUNCTIONS, "transformers.Trainer.train",
+                    *(f for f in modelopt_fixtures.FUNCTIONS_CALLED[5:] if f != "torch.optim.AdamW.step")]
 
 
 class CorpusTokenizer:
@@ -227,10 +216,7 @@ def train_modelopt(scratch: Path, directory: Path = CONVERGED / "modelopt", reco
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="eagle3-contracts-converged-modelopt-") as scratch:
-        entry = train_modelopt(Path(scratch))
-    print(f"converged-modelopt written to {entry['path']}: {sorted(entry['files'])}", file=sys.stderr)
-    return 0
+    return build_one("converged-modelopt", train_modelopt)
 
 
 if __name__ == "__main__":

@@ -43,14 +43,12 @@ import ast
 import contextlib
 import io
 import json
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
 from contracts.trainers.common import DRAFT_VOCAB, REPO_ROOT, SEED, TinyTarget, record_fixture
-from contracts.trainers.converged import CONVERGED, DRAFT_SEQUENCES, ROLE, SEQUENCE, TARGET, THREADS
+from contracts.trainers.converged import CONVERGED, DRAFT_SEQUENCES, ROLE, SEQUENCE, TARGET, THREADS, build_one
 from contracts.trainers.language import Language
 
 NAME = "converged-specforge"
@@ -308,13 +306,7 @@ def train_specforge(scratch: Path, directory: Path = CONVERGED / "specforge", re
 
 
 def main() -> int:
-    import tempfile
-
-    os.chdir(REPO_ROOT)
-    with tempfile.TemporaryDirectory(prefix="eagle3-contracts-converged-specforge-") as scratch:
-        entry = train_specforge(Path(scratch))
-    print(f"{NAME} written to {entry['path']}: {sorted(entry['files'])}", file=sys.stderr)
-    return 0
+    return build_one(NAME, train_specforge)
 
 
 if __name__ == "__main__":
