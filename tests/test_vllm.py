@@ -499,6 +499,17 @@ def test_a_converged_draft_is_accepted_on_vllms_loop_as_its_trainer_expects(caps
     assert abs(result["gap"]) <= NOISE and "verdict" not in result
 
 
+def test_specforges_own_training_step_expects_what_vllm_serves_its_converged_draft(capsys, tmp_path):
+    """SpecForge's expectation: its training step's forward (in SpecForge 0.2.0's environment) fed its proposals."""
+    from contracts.accept import NOISE
+
+    result = _accept(capsys, tmp_path, CONVERGED / "specforge")
+    expected = result["trainer_expectation"]
+    assert (expected["trainer"], expected["version"]) == ("specforge", "0.2.0")
+    assert "forward_loss" in expected["how"] and expected["mean_acceptance_length"] >= 3.5
+    assert abs(result["gap"]) <= NOISE and "verdict" not in result
+
+
 def test_a_rope_the_export_changed_is_served_below_model_optimizers_own_expectation(capsys, tmp_path):
     """Model Optimizer's converged draft with the rope base its export declares changed from the one it trained
     with: its own speculative generation (pseudo_speculative_generate, in its own environment) still drafts as

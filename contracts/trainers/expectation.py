@@ -155,7 +155,75 @@ def modelopt_proposer(draft_dir: str, target_dir: str):
                              f"{ids}, draft vocab {draft_vocab}, its training rope), target in transformers float32")
 
 
-PROPOSERS = {"speculators": speculators_proposer, "modelopt": modelopt_proposer}
+def specforge_proposer(draft_dir: str, target_dir: str):
+    """SpecForge's own training step (``Eagle3TrainStrategy.forward_loss`` -> ``OnlineEagle3Model.forward``, the
+    export warm-started into the draft ``specforge train`` builds, float32, sdpa) on the verified sequence, stopped
+    after the step wanted, its own earlier proposals written where its TTT shift reads the next token: the chain it
+    trains, fed its own argmax. Its capture id k is HF ``hidden_states[k + 1]``. Returns (propose, target,
+    description)."""
+    import tempfile
+
+    import torch
+    from specforge.algorithms.model_providers import resolve_eagle_capture_layers
+    from specforge.application.composition import resolve_run
+    from specforge.runtime.contracts import TrainBatch
+    from specforge.training.model_loading import resolve_draft_config
+    from transformers import AutoConfig
+
+    from contracts.trainers.common import TinyTarget
+    from contracts.trainers.specforge import _StepsDone, training_step
+
+    found = TinyTarget.from_directory(Path(target_dir))
+    target_model = TinyTarget(found.name, found.directory, found.geometry, stored_as=str(Path(target_dir).resolve()))
+    with tempfile.TemporaryDirectory(prefix="eagle3-contracts-specforge-expectation-") as work:
+        cfg, draft_model, model, strategy = training_step(Path(work), Path(draft_dir) / "config.json",
+                                                          Path(draft_dir), target_model)
+    # the layers it captures, as its own training run resolves them
+    provider = resolve_run(cfg).algorithm.providers.model
+    capture = resolve_eagle_capture_layers(cfg, resolve_draft_config(cfg, provider=provider.draft_config),
+                                           AutoConfig.from_pretrained(target_dir))
+    indices = [k + 1 for k in capture]
+    target = _hf_target(target_dir, indices)
+    d2t = draft_model.d2t.long()
+    model._acc_and_loss = lambda **_kw: (torch.zeros(()),) * 7  # the loss reads the logits, feeds nothing back
+
+    def propose(seq, states, bonus, k):
+        n = len(seq)
+        ids = torch.tensor([seq[1:] + [bonus] + [0] * (k - 1)])
+        hidden = torch.cat([states, states.new_zeros(k - 1, states.shape[-1])])[None]
+        t = ids.shape[1]
+        drafted = []
+        for step in range(k):
+            captured = []
+
+            def record(_module, _inputs, out, wanted=step + 1):
+                captured.append(out.detach())
+                if len(captured) == wanted:
+                    raise _StepsDone
+
+            hook = draft_model.lm_head.register_forward_hook(record)
+            batch = TrainBatch(sample_ids=["expectation"], strategy=strategy.name, tensors={
+                "input_ids": ids, "attention_mask": torch.ones(1, t, dtype=torch.long),
+                "loss_mask": torch.ones(1, t, 1), "hidden_state": hidden,
+                "target": torch.zeros(1, t, int(found.vocab_size)), "position_ids": torch.arange(t)[None]})
+            try:
+                with torch.no_grad():
+                    strategy.forward_loss(batch)
+            except _StepsDone:
+                pass
+            finally:
+                hook.remove()
+            j = int(captured[step][0, n - 1].argmax())  # step ``step`` of the chain anchored at the last row
+            drafted.append(j + int(d2t[j]))
+            if n + step < t:
+                ids[0, n + step] = drafted[-1]
+        return drafted
+
+    return propose, target, (f"SpecForge Eagle3TrainStrategy.forward_loss (TTT steps 1..k, its own proposals fed "
+                             f"back), target in transformers float32, hidden_states{indices}")
+
+
+PROPOSERS = {"speculators": speculators_proposer, "specforge": specforge_proposer, "modelopt": modelopt_proposer}
 
 
 def expectation(trainer: str, draft_dir: str, target_dir: str, *, tokens: int, n_prompts: int, max_tokens: int,

@@ -226,20 +226,15 @@ class _StepsDone(Exception):
     """Raised by the lm_head hook once the recorded steps' logits are in (stops the rest of the step)."""
 
 
-def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], name: str = "specforge",
-              target: TinyTarget = LLAMA_TINY, out_dir: Path | None = None, path: Path | None = None,
-              ttt_length: int | None = None) -> dict:
-    """Step-0 logits of specforge's own training step on the committed export fixtures/drafts/<name> (or
-    ``out_dir``, written to ``path``)."""
-    out_dir = out_dir or DRAFTS / name
-    import torch
-    import transformers
+def training_step(work: Path, draft_config_path: Path, out_dir: Path, target: TinyTarget,
+                  ttt_length: int | None = None):
+    """SpecForge's own training step with the export in ``out_dir`` warm-started into its draft (float32, sdpa), as
+    ``specforge train`` assembles it: (config, draft model, ``OnlineEagle3Model`` in eval mode, the eagle3 step
+    strategy)."""
     from accelerate.utils import set_seed
-    from safetensors import safe_open
 
     from specforge.application.composition import resolve_run
     from specforge.config import Config
-    from specforge.runtime.contracts import TrainBatch
     from specforge.training.model_loading import resolve_draft_config
 
     run = run_config(work / "reference", target, ttt_length)
@@ -256,6 +251,22 @@ def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], nam
     draft_model = provider.build_draft(cfg, draft_config)
     model = online_model(cfg, draft_model).eval()
     strategy = algorithm.providers.step.build(model, target_head=None, **algorithm.providers.step.options(cfg))
+    return cfg, draft_model, model, strategy
+
+
+def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], name: str = "specforge",
+              target: TinyTarget = LLAMA_TINY, out_dir: Path | None = None, path: Path | None = None,
+              ttt_length: int | None = None) -> dict:
+    """Step-0 logits of specforge's own training step on the committed export fixtures/drafts/<name> (or
+    ``out_dir``, written to ``path``)."""
+    out_dir = out_dir or DRAFTS / name
+    import torch
+    import transformers
+    from safetensors import safe_open
+
+    from specforge.runtime.contracts import TrainBatch
+
+    cfg, draft_model, model, strategy = training_step(work, draft_config_path, out_dir, target, ttt_length)
 
     # Same weights as the export (bf16 -> fp32 exact); the embedding is the target's, bit for bit.
     state = draft_model.state_dict()
