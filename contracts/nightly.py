@@ -185,7 +185,7 @@ def acceptance_report(out: Path, specs: list[str], **selection) -> list[str]:
     from contracts import acceptance_study
     from contracts.engines import canonical, parse_spec
 
-    releases = dict.fromkeys(f"vllm=={parse_spec(s)[1]}" for s in specs if parse_spec(canonical(s))[0] == "vllm")
+    releases = dict.fromkeys(f"vllm=={parse_spec(canonical(s))[1]}" for s in specs if parse_spec(s)[0] == "vllm")
     found = []
     for release in releases:
         doc = acceptance_study.study(release, **selection)

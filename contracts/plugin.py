@@ -123,6 +123,8 @@ def _builds(config) -> dict:
     workers are handed the directories (``pytest_configure_node``)."""
     trainers = config.getoption("contracts_build_with")
     if not trainers:
+        if config.getoption("contracts_accept"):
+            raise pytest.UsageError("--accept measures what --build-with TRAINER trains: give --build-with")
         return {}
     if _BUILDS_KEY in config.stash:
         return config.stash[_BUILDS_KEY]

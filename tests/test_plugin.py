@@ -57,3 +57,10 @@ def test_one_engine_release_is_judged_by_one_xdist_worker(tmp_path):
     assert len(ran) == 4 and len(set(ran)) == 1, proc.stdout
     assert all(line.rstrip().endswith("@sglang") for line in proc.stdout.splitlines()
                if line.startswith("[gw") and "contracts::" in line), proc.stdout
+
+
+def test_accept_without_a_build_is_a_usage_error(tmp_path):
+    """--accept measures what --build-with trains; alone it would silently measure nothing."""
+    proc = run_pytest(tmp_path, "-m", "contracts", "--checkpoint", DRAFTS["specforge"], "--accept")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "--accept measures what --build-with TRAINER trains: give --build-with" in proc.stderr

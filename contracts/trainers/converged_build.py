@@ -98,8 +98,11 @@ def build_in_subprocess(trainer: str, out: Path, python: str = sys.executable) -
         raise BuildRefused(f"--accept trains on the converged target, {TARGET.directory}, which this installation "
                            f"lacks (install eagle3-contracts from a checkout: pip install -e)")
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run([python, "-m", "contracts.trainers.converged_build", trainer, str(Path(out).resolve())],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    try:
+        done = subprocess.run([python, "-m", "contracts.trainers.converged_build", trainer, str(Path(out).resolve())],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise BuildRefused(f"{trainer}'s converged build ran past {TIMEOUT_S} s") from None
     if done.returncode != 0:
         raise BuildRefused(f"{trainer}'s converged build failed: {_last_error(done.stderr)}")
     return json.loads((Path(out) / RECORD).read_text())
