@@ -566,7 +566,8 @@ def test_absolute_d2t_the_engines_forward_indexes_out_of_range_is_judged_not_a_w
 def test_the_converged_drafts_of_specforge_and_modelopt_are_judged_against_their_trainers_forward(name):
     """Each converged draft carries its trainer's reference (its own forward on the reference prompt): SpecForge's
     export serves as trained; Model Optimizer's export writes a yarn rope over the default rope it trained with,
-    which vLLM applies, so its logits differ, and the rope warning says why."""
+    which vLLM applies (the rope warning says so), and its first layer normalises fc's output with input_layernorm,
+    which vLLM does not: its logits differ."""
     from contracts.bundled import converged_subjects
 
     (subject,) = [s for s in converged_subjects(VLLM) if s.name == f"converged-{name}"]
