@@ -12,6 +12,8 @@ process:
   peaks      every contract alone (`--only ID`) on the Kimi-sized SpecForge-layout drafter: peak RSS and wall
              time, with the Kimi-K2.5 target (a tiny copy of its class runs) and on the fallback paths: a
              target config the engine cannot run as a tiny copy, and a target class without the aux hook
+  small      a Qwen3-0.6B-shaped draft (40 M parameters) on SGLang and vLLM, every contract alone: peak RSS
+             of the largest process and of the process tree, which must stay within 1 GB
   ours       eagle3-contracts check DRAFT --target TARGET   (every contract that applies)
   ours-load  the same with --only key-naming,tensor-shapes,d2t-semantics
   naive      load every tensor, build SGLang's draft model on CPU, call its load_weights
@@ -65,11 +67,12 @@ def write_sparse_safetensors(path: Path, tensors: dict[str, tuple[list[int], str
         f.truncate(base + offset)
 
 
-def drafter(directory: Path, *, hidden, vocab, draft_vocab, heads, kv_heads, inter, layer_prefix, with_embed, ids):
+def drafter(directory: Path, *, hidden, vocab, draft_vocab, heads, kv_heads, inter, layer_prefix, with_embed, ids,
+            head_dim=None):
     import torch
 
     directory.mkdir(parents=True)
-    head_dim = hidden // heads
+    head_dim = head_dim or hidden // heads
     layer = {
         "self_attn.q_proj.weight": [heads * head_dim, 2 * hidden],
         "self_attn.k_proj.weight": [kv_heads * head_dim, 2 * hidden],
@@ -228,8 +231,8 @@ def contract_peaks(py: str, draft: Path, targets: dict[str, Path]) -> list[tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", help="write the sparse checkpoints here and keep them")
-    parser.add_argument("--only", default="startup,peaks,naive,vllm",
-                        help="sections to run (startup, peaks, naive, vllm)")
+    parser.add_argument("--only", default="startup,small,peaks,naive,vllm",
+                        help="sections to run (startup, small, peaks, naive, vllm)")
     args = parser.parse_args()
     sections = set(args.only.split(","))
     repo = Path(__file__).resolve().parents[1]
@@ -243,6 +246,8 @@ def main() -> None:
                   f"`import sglang.srt.models.llama_eagle3` {s['import_median_s']} s (runs {s['import_s']}) = "
                   f"{s['ratio']}x (median of 3)\n")
         tg = targets(root, repo)
+        if "small" in sections:
+            qwen3_small_draft(py, root)
         if "peaks" in sections:
             draft = root / "kimi-specforge-drafter"
             params = drafter(draft, hidden=7168, vocab=163840, draft_vocab=32000, heads=56, kv_heads=8, inter=18432,
@@ -402,6 +407,35 @@ def vllm_comparison(py: str, root: Path, tg: dict) -> None:
     print(f"embed-head, Llama-3.1-8B-sized drafter, config-only target: {m['wall_s']} s, summed tree "
           f"{m['peak_rss_mb']:.0f} MB; each process: "
           + "; ".join(f"{cmd}: {mb} MB" for cmd, mb in m["process_peaks_mb"].items()) + f"; verdict {status}")
+
+
+def qwen3_small_draft(py: str, root: Path) -> None:
+    """A realistic small draft: SpecForge's layout shaped for Qwen3-0.6B (hidden 1024, head_dim 128, 16/8 heads,
+    intermediate 3072, target vocab 151936, draft vocab 16384: 40 M parameters in the checkpoint, while the engine
+    builds a 151936 x 1024 embedding beside them) against a config-only Qwen3-0.6B target, every contract alone on
+    SGLang (in process) and on vLLM 0.32.0 (check + engine worker): each process's own peak RSS and the tree's."""
+    draft = root / "qwen3-0.6b-drafter"
+    params = drafter(draft, hidden=1024, vocab=151936, draft_vocab=16384, heads=16, kv_heads=8, inter=3072,
+                     layer_prefix="midlayer", with_embed=False, ids=[1, 13, 24], head_dim=128)
+    target = root / "qwen3-0.6b-target"
+    cfg = json.loads((Path(__file__).resolve().parents[1] / "fixtures/targets/qwen3-tiny-config/config.json")
+                     .read_text())
+    cfg.update(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+               num_key_value_heads=8, head_dim=128, vocab_size=151936)
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(cfg))
+    print(f"Qwen3-0.6B-shaped draft ({params / 1e6:.1f} M parameters, SpecForge's layout), each contract alone:")
+    print("| engine | contract | verdict | wall | peak RSS, largest process | peak RSS, summed tree |\n|---|---|---|---|---|---|")
+    worst = 0
+    for engine in ("sglang", "vllm==0.32.0"):
+        for cid in CONTRACTS:
+            m = measure_tree([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--engine",
+                              engine, "--only", cid, "--format", "json"])
+            status = json.loads(m["stdout"])["results"][0]["status"] if m["exit"] in (0, 1) else m["stderr"]
+            largest = max(m["process_peaks_mb"].values(), default=0)
+            worst = max(worst, largest)
+            print(f"| {engine} | {cid} | {status} | {m['wall_s']} s | {largest} MB | {m['peak_rss_mb']:.0f} MB |")
+    print(f"\nlargest single process: {worst} MB: {'every contract within 1 GB' if worst < 1024 else 'OVER 1 GB'}\n")
 
 
 if __name__ == "__main__":

@@ -67,9 +67,38 @@ def checkpoint_elements(ckpt: Checkpoint) -> int:
     return sum(t.numel for t in ckpt.tensors.values())
 
 
+def configured_elements(ckpt: Checkpoint) -> int:
+    """What the engine's draft class allocates from the config, whatever the checkpoint holds: the target-vocab
+    embedding and the draft-vocab head (a SpecForge export holds neither embedding nor a full head, yet the engine
+    builds both), the fusion layer over the aux states and each decoder layer (attention, MLP)."""
+    cfg = ckpt.config
+    layer = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else cfg
+
+    def size(key, default=0):
+        value = layer.get(key, cfg.get(key))
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+    h = size("hidden_size")
+    vocab, draft_vocab = size("vocab_size"), size("draft_vocab_size", size("vocab_size"))
+    heads = size("num_attention_heads", 1)
+    head_dim = size("head_dim", h // heads if heads else 0)
+    kv = size("num_key_value_heads", heads)
+    attention = 2 * h * (heads + 2 * kv) * head_dim + heads * head_dim * h  # q/k/v over 2H inputs, o
+    per_layer = attention + 3 * h * size("intermediate_size", 4 * h)
+    fc = 3 * size("target_hidden_size", h) * h
+    return (vocab + draft_vocab) * h + fc + size("num_hidden_layers", 1) * per_layer
+
+
 def choose_device(ckpt: Checkpoint) -> str:
-    """CPU (exact NaN-sentinel tracing) for small drafts, ``meta`` (no weights in memory) for real-size ones."""
-    return "meta" if checkpoint_elements(ckpt) > META_ABOVE_ELEMENTS else "cpu"
+    """CPU (exact NaN-sentinel tracing) for small drafts, ``meta`` (no weights in memory) for real-size ones: sized
+    by the larger of what the checkpoint holds and what the engine builds from its config (a 40 M-parameter draft
+    whose config asks for a 151936 x 1024 embedding peaked at 5.4 GB when only the checkpoint was counted)."""
+    return "meta" if is_real_size(ckpt) else "cpu"
+
+
+def is_real_size(ckpt: Checkpoint) -> bool:
+    """Whether building or loading this draft on CPU could pass the suite's memory bound (``META_ABOVE_ELEMENTS``)."""
+    return max(checkpoint_elements(ckpt), configured_elements(ckpt)) > META_ABOVE_ELEMENTS
 
 
 def iter_for_device(ckpt: Checkpoint, device: str):

@@ -24,7 +24,8 @@ from contracts.engines.scaling import scale_draft
 from contracts.engines.switch_effect import switch_effect
 from contracts.engines.errors import EngineBuildError
 from contracts.engines.sglang.loader import _LoadTracer, build_model, is_eagle3_draft_class, model_config
-from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements
+from contracts.engines.errors import raised_by_engine
+from contracts.engines.tracing import is_real_size
 from contracts.engines.sglang.registry_cache import register_architectures
 from contracts.observations import ConfigObservation, TensorFate
 
@@ -149,7 +150,7 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
         return obs
 
     ckpt = Checkpoint.open(engine_dir)
-    if checkpoint_elements(ckpt) > META_ABOVE_ELEMENTS:
+    if is_real_size(ckpt):
         # A real-size draft: whether a switch is honoured is a property of the engine's code, not of the
         # weights, so ask a scaled-down draft of the same config (seeded weights) instead of materialising it.
         with tempfile.TemporaryDirectory(prefix="eagle3-contracts-config-") as tmp:
@@ -171,7 +172,15 @@ def _probe_switches(obs, mc, ckpt, candidate_switches: dict[str, bool], trainer_
     vocab = int(mc.hf_config.vocab_size)
     ids = torch.randint(0, vocab, (TOKENS,), generator=gen)
     hidden = torch.randn(TOKENS, fc_in, generator=gen)
-    base = _outputs(mc, ckpt, {}, (ids, hidden))
+    try:
+        base = _outputs(mc, ckpt, {}, (ids, hidden))
+    except Exception as e:  # noqa: BLE001
+        if not raised_by_engine(e, "sglang"):
+            raise
+        # SGLang's own forward cannot run this draft (e.g. num_hidden_layers 0: its llama_eagle3 forward unpacks
+        # a norm that returned one value): the server would fail the same way on its first draft step
+        obs.forward_error = f"{type(e).__name__}: {str(e)[:200]}"
+        return
     for key, value in candidate_switches.items():
         try:
             flipped = _outputs(mc, ckpt, {key: not value}, (ids, hidden))

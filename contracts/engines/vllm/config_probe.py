@@ -24,7 +24,7 @@ from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.errors import EngineBuildError, raised_by_engine
 from contracts.engines.scaling import scale_draft
 from contracts.engines.switch_effect import switch_effect
-from contracts.engines.tracing import META_ABOVE_ELEMENTS, checkpoint_elements
+from contracts.engines.tracing import is_real_size
 from contracts.engines.vllm.aux_capture import CPU_HEAD_DIM
 from contracts.engines.vllm.context import current, draft_configs, engine_version
 from contracts.engines.vllm.cpu_forward import finish_loading, kernels_missing, one_request, runs_on_cpu
@@ -137,8 +137,8 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
             return obs
         ckpt = Checkpoint.open(engine_dir)
         flat = json.loads((engine_dir / "config.json").read_text())
-        if checkpoint_elements(ckpt) > META_ABOVE_ELEMENTS or not runs_on_cpu(configs.draft.hf_config):
-            why = "a real-size draft" if checkpoint_elements(ckpt) > META_ABOVE_ELEMENTS else \
+        if is_real_size(ckpt) or not runs_on_cpu(configs.draft.hf_config):
+            why = "a real-size draft" if is_real_size(ckpt) else \
                 "its head size is not one vLLM's CPU attention takes"
             scaled = tmp / "draft"
             scaled.mkdir()
@@ -182,7 +182,13 @@ def _probe_switches(obs, configs, ckpt, candidate_switches: dict[str, bool], tra
         obs.probed_on = (f"seeded weights (the engine's forward refused the checkpoint's own: "
                          f"{type(e).__name__}: {str(e)[:160]})")
         ckpt = None
-        base = _outputs(configs, ckpt, {}, (ids, hidden))
+        try:
+            base = _outputs(configs, ckpt, {}, (ids, hidden))
+        except Exception as e2:  # noqa: BLE001  (not the weights: the engine cannot run this draft at all)
+            if not raised_by_engine(e2, "vllm"):
+                raise
+            obs.forward_error = f"{type(e2).__name__}: {str(e2)[:200]}"
+            return
     for key, value in candidate_switches.items():
         try:
             flipped = _outputs(configs, ckpt, {key: not value}, (ids, hidden))
