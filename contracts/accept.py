@@ -47,7 +47,7 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
 
     draft, target = Path(draft).resolve(), Path(target).resolve()  # the job runs in a directory of its own
     Checkpoint.open(draft)
-    Checkpoint.open(target)  # with its weights: accept serves the target
+    Checkpoint.open_target(target, require_weights=True)  # with its weights: accept serves the target
     spec = canonical(engine)
     name, version = parse_spec(spec)
     if name != "vllm":
@@ -107,7 +107,7 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
         python = environment_for(trainer, release)
     except TrainerBuildError as e:
         return {"unavailable": str(e)}
-    vocab = int(text_config(Checkpoint.open(target, require_weights=False).config).get("vocab_size") or 0)
+    vocab = int(text_config(Checkpoint.open(target, require_weights=False, role="target").config).get("vocab_size") or 0)
     job = {"trainer": trainer, "tokens": options["tokens"], "n_prompts": options["n_prompts"],
            "max_tokens": options["max_tokens"], "prompts": fixed_prompts(vocab, options["n_prompts"])}
     done = run_module(python, "contracts.trainers.expectation", str(draft), str(target), json.dumps(job))

@@ -8,7 +8,6 @@ Needs only the standard library (the plugin and the CLI read it in a training re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 RECORD = "eagle3-contracts-build.json"
@@ -19,12 +18,9 @@ def read_record(directory) -> dict | None:
     path = Path(directory) / RECORD
     if not path.is_file():
         return None
-    from contracts.checkpoint import InputError
+    from contracts.checkpoint import InputError, read_json
 
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    record = read_json(path, RECORD)
     if not isinstance(record, dict) or "draft" not in record or "trainer" not in record:
         raise InputError(f"{path}: not a build-tiny record (no draft / trainer)")
     return record

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+
+from contracts.input_bounds import (MAX_DIMENSION, MAX_HEADER_BYTES, BoundError, check_sizes, check_zip_sizes,
+                                    escape, open_regular, read_bounded, short_repr)
 
 # Pickle weight files the engines read when a directory has no safetensors (SGLang's and vLLM's default loaders:
 # ``*.bin``, else ``*.pt``), less the training leftovers their loaders skip (``filter_files_not_needed_for_inference``).
@@ -29,11 +33,10 @@ SAFETENSORS_DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
     "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
-    "U16": "uint16", "U32": "uint32", "U64": "uint64", "BOOL": "bool",
+    "U16": "uint16", "U32": "uint32", "U64": "uint64", "BOOL": "bool", "F8_E8M0": "float8_e8m0fnu",
 }
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
-               "I16": 2, "I8": 1, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1}
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
+               "I16": 2, "I8": 1, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1, "F8_E8M0": 1}
 
 
 def text_config(cfg: dict) -> dict:
@@ -75,13 +78,15 @@ class TensorInfo:
         return math.prod(self.shape)
 
 
-def _load_json(path: Path, what: str, shadowed: list | None = None) -> dict:
+def read_json(path: Path, what: str, shadowed: list | None = None) -> dict:
     """A JSON object as Python's ``json`` (and so transformers and the engines) reads it: a key given twice keeps
     its last value. Each shadowed value is appended to ``shadowed`` as ``(key, shadowed value, value kept)``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, what).decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: no {what}") from None
+    except BoundError as e:
+        raise InputError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read {what}: {e}") from None
 
@@ -99,6 +104,8 @@ def _load_json(path: Path, what: str, shadowed: list | None = None) -> dict:
         raise InputError(f"{path}: invalid JSON in {what}: {e.msg} (line {e.lineno}, column {e.colno})") from None
     except RecursionError:
         raise InputError(f"{path}: invalid JSON in {what}: nested too deeply") from None
+    except ValueError as e:  # an integer longer than Python's int-parsing limit (4300 digits)
+        raise InputError(f"{path}: unusable number in {what}: {str(e).split(';')[0]}") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
     return data
@@ -121,17 +128,28 @@ def read_torch_weights(path: Path) -> dict:
     import torch
 
     try:
+        open_regular(path, "torch weight file").close()
+        is_zip = zipfile.is_zipfile(path)
+        if is_zip:
+            check_zip_sizes(path)
+    except BoundError as e:
+        raise InputError(str(e)) from None
+    try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": stderr stays the CLI's one line
             warnings.simplefilter("ignore")
-            data = torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+            data = torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except pickle.UnpicklingError as e:
         # torch's message names what the pickle asked for ("Unsupported global: GLOBAL builtins.open ...")
         # (its advice to retry with weights_only=False or to allow the global is never what a user should do)
         tail = str(e).partition("WeightsUnpickler error:")[2]
         reason = next((ln.strip() for ln in tail.splitlines() if ln.strip()), "not a plain tensor pickle")
         reason = reason.split(". Please use")[0]
+        if "GLOBAL" not in reason:  # refused on an opcode before it reached a global: name what it asks for
+            asked = pickle_globals(path)
+            if asked:
+                reason += f"; it asks for {', '.join(asked[:5])}"
         raise InputError(f"{path}: refused by torch's restricted unpickler (weights_only=True), nothing in it was "
-                         f"run: {reason[:200]}") from None
+                         f"run: {escape(reason[:300])}") from None
     except Exception as e:  # truncated zip, bad magic number, not a torch file at all
         raise InputError(f"{path}: not a readable torch weight file: {type(e).__name__}: "
                          f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}") from None
@@ -143,6 +161,44 @@ def read_torch_weights(path: Path) -> dict:
             raise InputError(f"{path}: entry {name!r} is a {type(value).__name__}, not a tensor")
     _TORCH_FILES[path] = data
     return data
+
+
+TORCH_PICKLE_GLOBALS = ("torch.", "collections.OrderedDict", "builtins.set", "_codecs.encode")
+PICKLE_SCAN_BYTES = 64 * 1024 * 1024
+
+
+def pickle_globals(path: Path) -> list[str]:
+    """The globals a pickle weight file names beyond torch's own tensor rebuilding, read by disassembling it
+    (``pickletools``: nothing is run, at most ``PICKLE_SCAN_BYTES``), for the refusal to name what was blocked."""
+    import io
+    import pickletools
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                name = next((n for n in z.namelist() if n.endswith("data.pkl")), None)
+                data = z.read(name) if name and z.getinfo(name).file_size <= PICKLE_SCAN_BYTES else b""
+        else:
+            with open_regular(path, "torch weight file") as f:
+                data = f.read(PICKLE_SCAN_BYTES)
+    except (OSError, BoundError, zipfile.BadZipFile, KeyError):
+        return []
+    found, strings = [], []
+    try:
+        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+                strings = (strings + [arg])[-2:]
+            elif op.name == "GLOBAL":
+                found.append(str(arg).replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) == 2:
+                found.append(".".join(strings))
+            if op.name == "STOP":
+                break
+    except Exception:  # a malformed pickle: whatever was named before the fault
+        pass
+    asked = [g for g in dict.fromkeys(found) if not g.startswith(TORCH_PICKLE_GLOBALS)]
+    return [escape(g[:100]) for g in asked]
 
 
 def tensor_rows(path: Path, name: str):
@@ -174,8 +230,8 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
     offsets that match shape x dtype size, lie inside the data section and do not overlap.
     """
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
+        with open_regular(path, "safetensors file") as f:
+            size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) < 8:
                 raise InputError(f"{path}: truncated safetensors file ({size} bytes, no header length)")
@@ -184,12 +240,26 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
                 raise InputError(f"{path}: truncated or malformed safetensors file "
                                  f"(header claims {n} bytes, file has {size})")
             raw = f.read(n)
+    except BoundError as e:
+        raise InputError(str(e)) from None
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e}") from None
+    duplicated: list[str] = []
+
+    def keep_last(pairs):  # safetensors' (serde's) reading: a name given twice keeps its last entry
+        seen = {}
+        for k, v in pairs:
+            if k in seen:
+                duplicated.append(k)
+            seen[k] = v
+        return seen
+
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=keep_last)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise InputError(f"{path}: malformed safetensors header (not JSON)") from None
+    except ValueError as e:  # an integer longer than Python's int-parsing limit
+        raise InputError(f"{path}: malformed safetensors header: {str(e).split(';')[0]}") from None
     if not isinstance(header, dict):
         raise InputError(f"{path}: malformed safetensors header (not a JSON object)")
     data_len = size - 8 - n
@@ -199,16 +269,19 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
         if name == "__metadata__":
             continue
         if not isinstance(entry, dict):
-            raise InputError(f"{path}: malformed safetensors entry for {name!r}")
+            raise InputError(f"{path}: malformed safetensors entry for {escape(repr(name))}")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if dtype not in SAFETENSORS_DTYPES:
-            raise InputError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}")
+            raise InputError(f"{path}: tensor {escape(repr(name))} has unknown dtype {short_repr(dtype)}")
         if (not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                                      for d in shape)):
-            raise InputError(f"{path}: tensor {name!r} has malformed shape {shape!r}")
+            raise InputError(f"{path}: tensor {escape(repr(name))} has malformed shape {short_repr(shape)}")
+        if any(d > MAX_DIMENSION for d in shape):
+            raise InputError(f"{path}: tensor {escape(repr(name))} has a dimension over this suite's limit of "
+                             f"{MAX_DIMENSION} (shape {short_repr(shape)})")
         if (not isinstance(offsets, list) or len(offsets) != 2
                 or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
-            raise InputError(f"{path}: tensor {name!r} has malformed data_offsets {offsets!r}")
+            raise InputError(f"{path}: tensor {escape(repr(name))} has malformed data_offsets {short_repr(offsets)}")
         begin, end = offsets
         info = TensorInfo(name, tuple(shape), SAFETENSORS_DTYPES[dtype], path.name)
         if not 0 <= begin <= end <= data_len:
@@ -229,7 +302,13 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
         position = end
     if position != data_len:
         raise InputError(f"{path}: malformed safetensors file ({data_len - position} bytes after the last tensor)")
+    if duplicated:
+        DUPLICATE_TENSORS[path] = sorted(set(duplicated))
     return out
+
+
+# safetensors file -> tensor names its header gives more than once (the engines read the last entry, as here)
+DUPLICATE_TENSORS: dict[Path, list[str]] = {}
 
 
 @dataclass
@@ -243,16 +322,52 @@ class Checkpoint:
     config_duplicates: list[tuple] = field(default_factory=list)
 
     @classmethod
-    def open(cls, path, *, require_weights: bool = True) -> "Checkpoint":
+    def open(cls, path, *, require_weights: bool = True, role: str = "draft") -> "Checkpoint":
+        """The checkpoint at PATH, every file it reads bounded and its config's sizes within bounds (``role``:
+        ``draft`` or ``target``: a draft builds a few layers, a target many)."""
         path = Path(path)
-        if not path.exists():
+        try:
+            present = path.exists()
+        except OSError as e:  # a name too long, a loop of links
+            raise InputError(f"{path}: cannot read: {e.strerror}") from None
+        if not present:
             raise InputError(f"{path}: no such directory")
         if not path.is_dir():
             raise InputError(f"{path}: not a directory (give the checkpoint directory, not a file)")
         duplicates: list = []
-        config = _load_json(path / "config.json", "config.json", duplicates)
+        config = read_json(path / "config.json", "config.json", duplicates)
+        try:
+            check_sizes(config, f"{path}/config.json", draft=role == "draft")
+        except BoundError as e:
+            raise InputError(str(e)) from None
         tensors = cls._read_tensors(path) if require_weights else cls._read_tensors_optional(path)
         return cls(path=path, config=config, tensors=tensors, config_duplicates=duplicates)
+
+    @classmethod
+    def open_target(cls, path, *, require_weights: bool = False) -> "Checkpoint":
+        """A target model directory; an EAGLE-3 draft given in its place is refused, naming what makes it one
+        (a draft judged as its own target passed every contract)."""
+        target = cls.open(path, require_weights=require_weights, role="target")
+        sign = target.draft_sign()
+        if sign:
+            raise InputError(f"{path}: this is an EAGLE-3 draft ({sign}), not the target model it drafts for; give "
+                             f"the target's directory as --target")
+        return target
+
+    def draft_sign(self) -> str | None:
+        """What marks this directory as an EAGLE-3 draft rather than a model (None: nothing does): a draft
+        architecture, speculators' draft config, or the draft-only tensors (vocab mapping, fusion layer)."""
+        arches = self.config.get("architectures") if isinstance(self.config.get("architectures"), list) else []
+        eagle = [a for a in arches if isinstance(a, str) and "eagle" in a.lower()]
+        if eagle:
+            return f"architectures {eagle}"
+        if "speculators_config" in self.config or self.config.get("speculators_model_type"):
+            return "a speculators draft config"
+        marks = sorted(n for n in self.tensors if n.rsplit(".", 1)[-1] in ("d2t", "t2d") or n == "fc.weight"
+                       or n.startswith("midlayer."))
+        if marks:
+            return f"tensors {', '.join(marks[:3])}"
+        return None
 
     @staticmethod
     def _weight_files(path: Path) -> list[Path]:
@@ -284,6 +399,12 @@ class Checkpoint:
     @classmethod
     def _read_tensors_optional(cls, path: Path) -> dict[str, TensorInfo]:
         return cls._read_tensors(path) if cls._weight_files(path) else {}
+
+    @property
+    def duplicated_tensors(self) -> list[str]:
+        """Tensor names a safetensors header of this checkpoint gives more than once (the last entry is read)."""
+        files = {self.path / info.file for info in self.tensors.values()}
+        return sorted({name for f in files for name in DUPLICATE_TENSORS.get(f, [])})
 
     @property
     def has_weights(self) -> bool:
@@ -342,7 +463,7 @@ class Checkpoint:
 
 def _indexed_files(index: Path, what: str) -> list[Path]:
     """The shard files a ``*.index.json`` names, each one present in the directory."""
-    weight_map = _load_json(index, what).get("weight_map")
+    weight_map = read_json(index, what).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise InputError(f"{index}: no weight_map")
     files = []

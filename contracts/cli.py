@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from contracts.checkpoint import InputError
+from contracts.input_bounds import one_line
 
 FORMATS = ("text", "json", "junit", "markdown")
 
@@ -151,6 +152,8 @@ def _selected(only: str | None) -> list[str] | None:
 
 
 def _guard_output(output: str | None, inputs: list[Path]) -> None:
+    """``--output`` checked before any engine work (a report that cannot be written after a long check loses its
+    verdicts): outside every input directory, not a directory, in an existing directory this user may write."""
     if output is None:
         return
     out = Path(output).resolve()
@@ -158,6 +161,14 @@ def _guard_output(output: str | None, inputs: list[Path]) -> None:
         d = d.resolve()
         if out == d or d in out.parents:
             raise UsageError(f"{output}: refusing to write inside the checkpoint directory {d}")
+    if out.is_dir():
+        raise UsageError(f"--output {output}: is a directory; give a file name")
+    if out.exists() and not out.is_file():
+        raise UsageError(f"--output {output}: exists and is not a regular file")
+    if not out.parent.is_dir():
+        raise UsageError(f"--output {output}: directory {out.parent} does not exist")
+    if not os.access(out if out.exists() else out.parent, os.W_OK):
+        raise UsageError(f"--output {output}: not writable")
 
 
 def _with_runner(engine: str, runner: str | None) -> str:
@@ -235,10 +246,17 @@ def _run_matrix(args) -> int:
 
 
 def _emit(text: str, output: str | None) -> None:
+    """TEXT to OUTPUT, or stdout; when OUTPUT cannot be written after all (a full device), the verdicts go to stdout
+    and the error line follows (exit 2), so no finished check is lost."""
     if output:
-        Path(output).write_text(text)
-    else:
-        sys.stdout.write(text)
+        try:
+            Path(output).write_text(text)
+            return
+        except OSError as e:
+            sys.stdout.write(text)
+            raise InputError(f"--output {output}: cannot write the report ({e.strerror}); it was printed above") \
+                from None
+    sys.stdout.write(text)
 
 
 def _finish_examples(reports: list[dict], args) -> int:
@@ -362,15 +380,19 @@ def main(argv=None) -> int:
         return {"check": _run_check, "matrix": _run_matrix, "convert": _run_convert,
                 "build-tiny": _run_build_tiny, "accept": _run_accept}[args.command](args)
     except (InputError, UsageError, EnvironmentBuildError, WorkerError) as e:
-        print(f"eagle3-contracts: error: {e}", file=sys.stderr)
+        print(f"eagle3-contracts: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as e:  # the file system refused a path the user gave (a name too long, a full device, ...)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"eagle3-contracts: error: {one_line(f'{where}{e.strerror or e}', 400)}", file=sys.stderr)
+        return 2
     except Exception as e:  # a bug in this suite, never the user's input: still one line, still exit 2
         if os.environ.get("EAGLE3_CONTRACTS_DEBUG"):
             raise
-        print(f"eagle3-contracts: internal error: {type(e).__name__}: {e} (set EAGLE3_CONTRACTS_DEBUG=1 for the "
-              f"traceback and report it)", file=sys.stderr)
+        print(f"eagle3-contracts: internal error: {type(e).__name__}: {one_line(str(e), 300)} (set "
+              f"EAGLE3_CONTRACTS_DEBUG=1 for the traceback and report it)", file=sys.stderr)
         return 2
     finally:
         close_all()

@@ -85,6 +85,7 @@ def pytest_configure(config):
         raise pytest.UsageError(str(e)) from None
     from contracts.builds import read_record, subject_for, twin_expectations
     from contracts.checkpoint import InputError
+    from contracts.input_bounds import one_line
 
     subjects, expected = [], {}
     builds = _builds(config)
@@ -104,6 +105,11 @@ def pytest_configure(config):
             trainers = config.getoption("trainer")
             subjects.append(Subject(name, ckpt, target, trainer=trainers[i] if i < len(trainers) else None,
                                     engine=engine))
+        for subject in subjects:  # every input validated once, before any engine work: one line, not one per item
+            try:
+                subject.checkpoint, subject.target  # noqa: B018
+            except InputError as e:
+                raise pytest.UsageError(one_line(str(e))) from None
         for trainer, built in builds.items():
             if "directory" in built:
                 name = _named(f"build-{trainer}", engine)

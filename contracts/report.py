@@ -6,6 +6,7 @@ import json
 import shlex
 import xml.etree.ElementTree as ET
 
+from contracts.input_bounds import escape
 from contracts.registry import FAIL, PASS, SKIP, WARN
 
 MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIP: "SKIP"}
@@ -153,4 +154,6 @@ def render(reports: list[dict], fmt: str) -> str:
     if fmt == "json":
         doc = reports[0] if len(reports) == 1 else reports
         return json.dumps(doc, indent=2, default=str) + "\n"
-    return {"text": render_text, "markdown": render_markdown, "junit": render_junit}[fmt](reports)
+    text = {"text": render_text, "markdown": render_markdown, "junit": render_junit}[fmt](reports)
+    # names read from a checkpoint (tensor names, config keys) may carry terminal control sequences: escaped
+    return "\n".join(escape(line) for line in text.split("\n"))

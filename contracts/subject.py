@@ -65,7 +65,7 @@ class Subject:
     def target(self) -> Checkpoint | None:
         if self.target_path is None:
             return None
-        return Checkpoint.open(self.target_path, require_weights=False)
+        return Checkpoint.open_target(self.target_path)
 
     @property
     def trainer_format(self) -> str:

@@ -70,6 +70,12 @@ def check_config(subject) -> Result:
         problems.append(f"{label} cannot dispatch architectures {flat.get('architectures')}: "
                         f"{obs.dispatch_error[:300]}")
         fixes.append(DRAFT_ARCHITECTURE_FIX)
+    elif obs.forward_error:
+        on = obs.probed_on or "its weights"
+        problems.append(f"{label}'s own forward of this draft raises {obs.forward_error} (on {on}): a server would "
+                        f"fail the same way on its first draft step")
+        fixes.append("make the config describe the draft as trained (its layer count and widths), so that the "
+                     "engine can run it")
     elif not obs.is_eagle3_draft:
         problems.append(f"{label} dispatches architectures {obs.architectures} to {obs.draft_class}, a "
                         f"non-draft class: it would serve the checkpoint as a plain model, without fc, d2t or the "

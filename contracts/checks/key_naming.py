@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from contracts.checks.evidence import collapse_layers, engine_label
-from contracts.registry import FAIL, PASS, Result, contract
+from contracts.registry import FAIL, PASS, WARN, Result, contract
 
 # Tensors the engine skips on purpose. t2d is the target->draft mask; both engines derive the map from d2t
 # alone (``continue`` on any name containing "t2d"); d2t-semantics checks that the two agree.
@@ -175,9 +175,16 @@ def check_key_naming(subject) -> Result:
         if "raised on " in obs.load_error:  # what was not loaded follows from the raise: one fix, for its cause
             fixes = [f"remove or rename the tensor(s) {engine_label(obs.engine)} raised on (a name no parameter of "
                      f"the draft has): it refuses to load the draft while they are there"]
+    duplicated = subject.checkpoint.duplicated_tensors
+    if duplicated:  # the file is read as the engines read it (the last entry); a writer that did this is suspect
+        evidence["given_twice"] = duplicated
     if problems:
         return Result("key-naming", FAIL, "; ".join(problems), evidence, "; ".join(fixes) or None)
     summary = f"all {len(obs.tensors)} tensors reach {obs.draft_class}"
     if shared:
         summary += f"; {', '.join(shared)} written by the engine's sharing with the target"
+    if duplicated:
+        return Result("key-naming", WARN, f"{summary}; but the safetensors header gives {', '.join(duplicated[:3])} "
+                      f"more than once (the engines read its last entry, as judged here: the writer lost one of them)",
+                      evidence, "re-save the checkpoint with one entry per tensor")
     return Result("key-naming", PASS, summary, evidence)

@@ -56,7 +56,7 @@ def _vocab_params(target) -> set:
 
 def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None]:
     """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``."""
-    ckpt = Checkpoint.open(target_dir, require_weights=False)
+    ckpt = Checkpoint.open(target_dir, require_weights=False, role="target")
     if not ckpt.has_weights:
         return False, {}, None
     for p in _vocab_params(target):

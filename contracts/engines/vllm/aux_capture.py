@@ -233,7 +233,7 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
     import torch
 
     draft_dir, target_dir = Path(draft_dir), Path(target_dir)
-    target = Checkpoint.open(target_dir, require_weights=False)
+    target = Checkpoint.open(target_dir, require_weights=False, role="target")
     draft_cfg = json.loads((draft_dir / "config.json").read_text())
     arch = (target.config.get("architectures") or ["?"])[0]
     text = text_config(target.config)

@@ -77,7 +77,7 @@ def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, st
     as its config alone has nothing to load: its vocabulary tensors are NaN stand-ins without storage."""
     import torch
 
-    ckpt = Checkpoint.open(target_dir, require_weights=False)
+    ckpt = Checkpoint.open(target_dir, require_weights=False, role="target")
     for p in _vocab_params(target):
         if p.is_meta:
             materialise(target, p, lazily=not ckpt.has_weights)
