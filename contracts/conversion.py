@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
-from contracts.convert import check_destination, speculators_to_sglang_config, write_copy
+from contracts.convert import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 SGLANG_IDS_KEY = f"eagle_config.{IDS}"  # the only place SGLang reads explicit ids (top-level ones are ignored)
@@ -223,7 +223,8 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
 
     src, dst = Path(src).resolve(), Path(dst).resolve()
     ckpt = Checkpoint.open(src)
-    check_destination(src, dst)
+    target_path = None if target is None else Path(target).resolve()
+    check_destination(src, dst, target_path)
     engine = engine or to
     if parse_spec(engine)[0] != to:
         raise InputError(f"--engine {engine} is not a {to} release (--to {to})")
@@ -232,9 +233,8 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
         raise InputError(f"{src}/config.json: this copy records that {record['trainer']} trained it ({RECORD_KEY}), "
                          f"but --trainer says {trainer}")
     trainer = trainer or record.get("trainer") or (ckpt.trainer_format if ckpt.trainer_format in TRAINERS else None)
-    target_path = None if target is None else Path(target).resolve()
     if target_path is not None:
-        Checkpoint.open(target_path, require_weights=False)
+        Checkpoint.open_target(target_path)
     if target_path is None:
         raise InputError("convert: give --target DIR (its config.json is enough): the aux ids are read off the "
                          "engine's capture of that target class, and the copy is judged against it")
@@ -246,6 +246,9 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     conversion = Conversion(src=src, dst=dst, engine=engine, form="verbatim" if verbatim else "faithful", config=cfg)
     if to == "sglang" and ckpt.trainer_format == "speculators":
         conversion.notes.append("config flattened from speculators' nested format (SGLang cannot dispatch it)")
+    skipped = files_to_copy(src)[1]
+    if skipped:
+        conversion.notes.append(f"not copied: {', '.join(skipped)}")
     renames = {}
     scratch = Path(tempfile.mkdtemp(prefix="eagle3-contracts-convert-"))
     try:  # the load and the capture under the base config come from one observation per path

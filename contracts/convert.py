@@ -54,24 +54,53 @@ def speculators_to_sglang_config(cfg: dict) -> dict:
     return flat
 
 
-def check_destination(src: Path, dst: Path) -> None:
-    """DST must be outside SRC and new or empty (raises InputError before anything is written)."""
+def check_destination(src: Path, dst: Path, target: Path | None = None) -> None:
+    """DST must be outside SRC and outside the target, new or empty, and creatable by this user (raises
+    InputError before anything is written, and before any engine work)."""
     if dst == src or src in dst.parents:
         raise InputError(f"{dst}: the destination must be outside the source checkpoint")
+    if target is not None and (dst == target or target in dst.parents):
+        raise InputError(f"{dst}: the destination must be outside the target model directory {target}")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise InputError(f"{dst}: destination exists and is not an empty directory")
+    existing = dst
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{dst}: cannot be created: {existing} is not a directory this user may write")
+
+
+def files_to_copy(src: Path) -> tuple[list[Path], list[str]]:
+    """SRC's files a copy carries (besides config.json) and a note for each one left out: regular files inside
+    SRC; a link is followed out of SRC only for the weight files and index the engine reads (a Hugging Face cache
+    snapshot links them into its blob store), so a ``notes.txt -> /etc/passwd`` never becomes a copy of it."""
+    ckpt = Checkpoint.open(src)
+    engine_reads = {info.file for info in ckpt.tensors.values()} | {
+        n for n in ("model.safetensors.index.json", "pytorch_model.bin.index.json") if (src / n).is_file()}
+    files, skipped = [], []
+    for item in sorted(src.iterdir()):
+        if item.name == "config.json":
+            continue
+        if not item.is_file():
+            if not item.is_dir():
+                skipped.append(f"{item.name} (not a regular file)")
+            continue
+        inside = src.resolve() in item.resolve().parents
+        if not inside and item.name not in engine_reads:
+            skipped.append(f"{item.name} (a link to {item.resolve()}, outside the checkpoint)")
+            continue
+        files.append(item)
+    return files, skipped
 
 
 def write_copy(src: Path, cfg: dict, into: Path, *, link: bool, renames: dict[str, str] | None = None) -> Path:
-    """A directory holding CFG as config.json and SRC's other files (symlinked, or copied with ``link=False``);
-    the weight files that hold a tensor in RENAMES (old -> new) and the safetensors index are rewritten with the
-    new names."""
+    """A directory holding CFG as config.json and SRC's other files (``files_to_copy``: symlinked, or copied with
+    ``link=False``); the weight files that hold a tensor in RENAMES (old -> new) and the safetensors index are
+    rewritten with the new names."""
     into.mkdir(parents=True, exist_ok=True)
     renames = renames or {}
     rewritten = {Checkpoint.open(src).tensors[k].file for k in renames} if renames else set()
-    for item in sorted(src.iterdir()):
-        if item.name == "config.json" or not item.is_file():
-            continue
+    for item in files_to_copy(src)[0]:
         if item.name in rewritten:
             write_renamed_safetensors(item, into / item.name, renames)
             continue
