@@ -1,0 +1,96 @@
+"""The hostile-input battery (tests/hostile_inputs.py), each case in a fresh process held to its bounds: the exit
+code it is owed, one readable line (exit 2: ``eagle3-contracts: error: ...``, no control character, bounded
+length, matching the case's pattern), peak RSS under 1 GB, under 60 s, no payload run, and nothing written
+anywhere but the DST the case names. Guards what a FIFO, ``/dev/zero``, a zip bomb, a 5000-digit integer, an
+``Infinity`` layer count or a link to ``/etc/passwd`` did to earlier versions (hangs, gigabytes, internal errors,
+a copy of ``/etc/passwd`` in a converted draft)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_digest
+from tests.hostile_inputs import MARKER, battery
+
+PEAK_RSS_MB = 1024
+WALL_S = 60
+CASES = battery()
+
+
+def test_the_battery_is_large_enough():
+    assert len(CASES) >= 100
+
+
+def _run(argv: list[str], cwd: Path) -> dict:
+    """ARGV in a fresh process (its own session, killed with its children past WALL_S): exit, output, own peak."""
+    start = time.perf_counter()
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    deadline = start + WALL_S
+    status = usage = None
+    while status is None:
+        pid, status_, usage_ = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            status, usage = status_, usage_
+        elif time.perf_counter() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(proc.pid, 0)
+        else:
+            time.sleep(0.02)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out.seek(0), err.seek(0)
+    return {"exit": proc.returncode, "wall_s": time.perf_counter() - start, "peak_mb": usage.ru_maxrss / 1024,
+            "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input(case, tmp_path):
+    root = tmp_path / "case"
+    root.mkdir()
+    args = case.make(root)
+    inputs = {p: tree_digest(p) for p in root.iterdir() if p.is_dir()}
+    before = _files(root)
+    command = [sys.executable, "-m", "contracts.cli"] if case.command == "cli" else [sys.executable, "-m", "pytest"]
+    r = _run(command + args, root)
+    if os.environ.get("EAGLE3_BATTERY_LOG"):  # one JSON line per case: the battery's summary
+        with open(os.environ["EAGLE3_BATTERY_LOG"], "a") as log:
+            log.write(json.dumps({"case": case.id, "exit": r["exit"], "wall_s": round(r["wall_s"], 2),
+                                  "peak_mb": round(r["peak_mb"]), "line": r["stderr"].strip()[-300:]}) + "\n")
+    shown = f"exit {r['exit']}, {r['wall_s']:.1f} s, {r['peak_mb']:.0f} MB\nstderr: {r['stderr'][-1500:]!r}"
+
+    expected = case.exit if isinstance(case.exit, tuple) else (case.exit,)
+    assert r["exit"] in expected, shown
+    assert r["wall_s"] < WALL_S and r["peak_mb"] < PEAK_RSS_MB, shown
+    assert not (root / MARKER).exists(), "a payload ran"
+    assert "Traceback" not in r["stderr"] and "internal error" not in r["stderr"], shown
+    if case.command == "cli" and r["exit"] == 2:
+        assert r["stdout"] == "" and r["stderr"].count("\n") == 1, shown
+        line = r["stderr"].rstrip("\n")
+        assert line.startswith("eagle3-contracts: "), shown
+        assert line.isprintable() and len(line) <= 700, shown
+        assert re.search(case.message, line), f"{case.message!r} not in {line!r}"
+    elif case.message:
+        assert re.search(case.message, r["stdout"] + r["stderr"]), shown
+    if r["exit"] in (0, 1):
+        assert all(ln.isprintable() for ln in (r["stdout"] + r["stderr"]).splitlines()), "unescaped output"
+    # nothing written but DST: every input tree as it was, no new path outside what the case may create
+    for path, digest in inputs.items():
+        assert tree_digest(path) == digest, f"{path} changed"
+    new = {p for p in _files(root) - before if not any(p == w or p.startswith(f"{w}/") for w in case.writes)}
+    assert not new, f"written outside DST: {sorted(new)}"
