@@ -1,4 +1,4 @@
-"""The CLI's interface (DESIGN.md): exit codes, the JSON document, and bad input → one line, exit 2,
+"""The CLI's interface (docs/checking-a-draft.md): exit codes, the JSON document, and bad input → one line, exit 2,
 nothing written."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_check_json_document_has_the_documented_shape(capsys):
     assert "SpeculativeAlgorithm.create_worker" in doc["path"]["default_why"]
     assert doc["trainer_format"] == "specforge"
     ids = [r["contract"] for r in doc["results"]]
-    assert ids[:4] == ["key-naming", "tensor-shapes", "d2t-semantics", "hidden-width"]  # DESIGN.md's order
+    assert ids[:4] == ["key-naming", "tensor-shapes", "d2t-semantics", "hidden-width"]  # the README's order
     assert "embed-head" in ids and ids.index("embed-head") > ids.index("d2t-semantics")
     for r in doc["results"]:
         assert set(r) == {"contract", "status", "summary", "evidence", "fix"}
@@ -254,3 +254,24 @@ def test_console_script_bad_input_has_no_traceback(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "truncated" in proc.stderr
+
+
+def test_a_report_that_cannot_be_written_after_the_check_is_printed_not_lost(tmp_path, capsys, monkeypatch):
+    """--output on a device that fills up during the check (the guard cannot foresee it): the verdicts go to
+    stdout, then one error line, exit 2."""
+    import errno
+    import pathlib
+
+    real = pathlib.Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name == "report.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    code = main(["check", str(DRAFTS["specforge"]), "--only", "key-naming", "--format", "json",
+                 "--output", str(tmp_path / "report.json")])
+    out, err = capsys.readouterr()
+    assert code == 2 and json.loads(out)["results"][0]["status"] == "pass"
+    assert err.count("\n") == 1 and "cannot write the report (No space left on device); it was printed above" in err
