@@ -1,4 +1,4 @@
-"""Rendering reports (the JSON document of DESIGN.md) as text, JSON, Markdown or JUnit XML."""
+"""Rendering reports (the JSON document of docs/checking-a-draft.md) as text, JSON, Markdown or JUnit XML."""
 
 from __future__ import annotations
 

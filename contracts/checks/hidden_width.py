@@ -18,7 +18,7 @@ from __future__ import annotations
 from contracts.checks.evidence import engine_label
 from contracts.registry import FAIL, PASS, SKIP, Result, contract
 
-# Engine releases that gained the hook for a target class (FIELD-NOTES §3), for the fix line.
+# Engine releases that gained the hook for a target class, for the fix line.
 HOOK_SINCE = {  # (SGLang)
     "KimiK25ForConditionalGeneration": "SGLang 0.5.10 (kimi_k25 delegates capture to its DeepSeek-V3 language model)",
     "DeepseekV2ForCausalLM": "SGLang 0.5.6", "DeepseekV3ForCausalLM": "SGLang 0.5.6",

@@ -1,13 +1,17 @@
 """The engine's own refusals, as every adapter reports them: an observation (a verdict), never a crash.
 
 An engine refusing a readable checkpoint is a finding of the contracts (exit 1), not an input error and not an
-internal error of this suite (DESIGN.md). Each adapter raises these from its engine's own error message; they
+internal error of this suite. Each adapter raises these from its engine's own error message; they
 cross an engine worker's pipe as themselves (``contracts.engines.worker``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+
+class EngineSpecError(ValueError):
+    """An ``--engine`` value that names no engine or no release this suite has a recipe for."""
 
 
 class EngineBuildError(Exception):

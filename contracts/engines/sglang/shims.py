@@ -68,7 +68,7 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 # ``srt/configs/__init__``), but nothing on the EAGLE-3 path (config, draft model, load_weights, worker
 # wiring, draft forward) calls it. PyPI's torchvision beside the CPU torch 2.13.0 fails to import
 # (``operator torchvision::nms does not exist``) and installing a matching one swaps torch for a CUDA build
-# (FIELD-NOTES §1). Any real use raises ``RuntimeError`` naming the stand-in, so a path that starts needing
+#. Any real use raises ``RuntimeError`` naming the stand-in, so a path that starts needing
 # torchvision fails loudly instead of silently.
 _TORCHVISION = _StandInFinder(("torchvision",))
 
@@ -178,7 +178,7 @@ def select_torch_native_rotary() -> None:
     Why: on a platform that is neither CUDA nor SGLang's CPU engine, ``RotaryEmbedding.__init__`` imports
     ``vllm._custom_ops``. With the flag set, SGLang takes its own pure-torch rotary path
     (``forward_native``), which computes the same rotation; measured: the draft forward then matches an
-    independent pure-torch EAGLE-3 reference exactly (FIELD-NOTES §1). Weight loading is not affected.
+    independent pure-torch EAGLE-3 reference exactly. Weight loading is not affected.
     """
     try:
         import sglang.srt.layers.rotary_embedding.base as rotary_base
@@ -274,7 +274,7 @@ class _NamesFrom(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 # ``GeluAndMul`` (``...layers.activation``) with SGLang's own classes of the same names, only while SGLang 0.5.3
 # imports ``srt/layers/layernorm.py`` and ``srt/layers/activation.py``.
 # Why: on a CPU without AMX, 0.5.3 replaces its own layer classes with vllm's (``from vllm... import RMSNorm``)
-# at the end of those modules; vllm drags in a CUDA torch (FIELD-NOTES §1). Pointing the names back at the
+# at the end of those modules; vllm drags in a CUDA torch. Pointing the names back at the
 # classes SGLang defined just above keeps SGLang's own layers (their pure-torch ``forward_native`` on a CPU).
 # The ``vllm`` stand-ins are removed from ``sys.modules`` right after, so every later ``import vllm`` probe
 # (e.g. ``compressed_tensors_moe``'s ``VLLM_AVAILABLE``) still sees no vllm. 0.5.9 and later need none.
