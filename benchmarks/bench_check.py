@@ -304,12 +304,12 @@ def naive_comparison(py: str, root: Path, tg: dict) -> None:
             return f"{m['wall_s']} s / {m['peak_rss_mb']:.0f} MB"
 
         def ratio(m):
-            return f"{naive['wall_s'] / m['wall_s']:.1f}× time, {naive['peak_rss_mb'] / m['peak_rss_mb']:.1f}× memory"
+            return f"{naive['wall_s'] / m['wall_s']:.1f}× time, {naive['peak_rss_mb'] / m['peak_rss_mb']:.1f}× memory"  # noqa: B023  (called within this iteration)
 
         print(f"| {name} | {params / 1e9:.2f} B | {cell(naive)} | {cell(ours)} | {ratio(ours)} | "
               f"{work['naive_s']} s / {work['ours_s']} s | {work['naive_s'] / work['ours_s']:.1f}× | {cell(load)} |")
     print()
-    for name, _, ours, _, naive, verdicts, _ in rows:
+    for name, _, _ours, _, naive, verdicts, _ in rows:
         print(f"{name}: verdicts {verdicts}; naive exit {naive['exit']}"
               + (f" ({naive['stderr'].strip().splitlines()[-1]})" if naive["exit"] else ""))
 

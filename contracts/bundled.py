@@ -8,13 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-MANIFEST = FIXTURES / "manifest.json"
-EXPECTED = FIXTURES / "expected.json"
-
-
-def manifest() -> dict:
-    return json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
+from contracts.manifest import EXPECTED, FIXTURES, MANIFEST, manifest  # noqa: F401  (re-exported)
 
 
 def bundled_subjects(engine: str = "sglang") -> list:
@@ -54,7 +48,7 @@ def bundled_subject_for(checkpoint, engine: str, target=None):
     None."""
     entries = manifest()
     where = Path(checkpoint).resolve()
-    for name, entry in sorted(entries.items()):
+    for _name, entry in sorted(entries.items()):
         if _is_draft(entry) and (FIXTURES.parent / entry["path"]).resolve() == where:
             return _subject(str(checkpoint), entry, entries, engine, target)
     return None

@@ -57,6 +57,9 @@ def rope_of(cfg: dict) -> tuple[float | None, dict | None]:
     return theta, scaling
 
 
+# The record every `convert` copy carries in its config.json (written by contracts.conversion, read by the subject)
+CONVERSION_RECORD_KEY = "eagle3_contracts_conversion"
+
 # eagle_config keys only NVIDIA Model Optimizer's export writes (modelopt/torch/export/plugins/hf_spec_configs.py)
 MODELOPT_EAGLE_KEYS = {"use_input_layernorm_in_first_layer", "use_mtp_layernorm", "next_layer_regular",
                        "parallel_draft_step", "parallel_draft_heads_num_layers"}

@@ -141,7 +141,7 @@ def _check_engine(spec: str) -> None:
 
 def _selected(only: str | None) -> list[str] | None:
     """The contract ids of ``--only`` (None: all), each one a registered contract."""
-    from contracts.registry import select
+    from contracts.checks import select
 
     ids = [c.strip() for c in only.split(",") if c.strip()] if only else None
     try:

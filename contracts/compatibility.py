@@ -28,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 from contracts.bundled import FIXTURES
+from contracts.table_cells import parts, release_label, verdict_cell
 from contracts.trainer_compatibility import ENGINES as TRAINER_ENGINES
 
 REPO = FIXTURES.parent
@@ -51,13 +52,6 @@ def release_order(version: str) -> tuple:
 # The table judges each vLLM release on the model runner a GPU deployment takes by default (`vllm==X`) and on the
 # other one (`vllm==X:v1`, the CPU build's): a row each, labelled with the path it judged.
 OTHER_PATHS = {"vllm": ("v1",)}
-
-
-def parts(spec: str) -> tuple[str, str, str | None]:
-    """``vllm==0.32.0:v1`` -> ("vllm", "0.32.0", "v1"); ``sglang==0.5.9`` -> ("sglang", "0.5.9", None)."""
-    engine, _, rest = spec.partition("==")
-    version, sep, runner = rest.partition(":")
-    return engine, version, runner if sep else None
 
 
 def with_paths(specs: list[str]) -> list[str]:
@@ -193,33 +187,6 @@ def _cell(c: dict | None) -> str:
     return s
 
 
-def _verdict(cells: dict | None) -> str:
-    """One table cell: does the release serve the draft as trained (and if not, which root-cause contracts fail)."""
-    if not cells:
-        return "-"
-    failed = sorted(c for c, v in cells.items() if v["status"] == "fail" and not v.get("follows_from"))
-    errors = sorted(c for c, v in cells.items() if v["status"] == "error")
-    if failed:
-        return f"**no**: {', '.join(failed)}" + (f" (not judged: {', '.join(errors)})" if errors else "")
-    if errors:
-        return f"not judged: {', '.join(errors)}"
-    return "yes"
-
-
-def _label(spec: str, entry: dict | None = None) -> str:
-    """``SGLang 0.5.9``; a vLLM row names its runner: ``vLLM 0.32.0, Model Runner V2 (the GPU default)``."""
-    name, version, runner = parts(spec)
-    label = f"{'SGLang' if name == 'sglang' else 'vLLM'} {version}"
-    if "the GPU wheel" in ((entry or {}).get("build") or {}).get("recipe", ""):  # recipes.derive_gpu_wheel's note
-        label += " (GPU wheel on the CPU torch: no forward runs, so forward-parity and config's switches are not judged)"
-    path = (entry or {}).get("path") or {}
-    if path.get("kind") == "runner":
-        return f"{label}, {path['label']}" + (" (the GPU default)" if path.get("is_default") else "")
-    if path.get("kind") == "worker":  # the speculative worker the release constructs by default
-        return f"{label}, {path['label']}"
-    return f"{label}, Model Runner {runner.upper()}" if runner else label
-
-
 def _order(spec: str) -> tuple:
     name, version, runner = parts(spec)
     return name != "sglang", release_order(version), runner or ""
@@ -235,7 +202,7 @@ def _duplicate(doc: dict, spec: str) -> bool:
 
 
 def render(doc: dict) -> str:
-    from contracts.registry import all_contracts
+    from contracts.checks import all_contracts
 
     contracts = [c for c in all_contracts()]
     specs = sorted((s for s in doc["releases"] if not _duplicate(doc, s)), key=_order)
@@ -276,14 +243,14 @@ def render(doc: dict) -> str:
     for spec in specs:
         entry = doc["releases"][spec]
         if entry.get("same_as"):
-            out.append(f"| {_label(spec, entry)} | same EAGLE-3 code as {entry['same_as'].split('==')[1]} |"
+            out.append(f"| {release_label(spec, entry)} | same EAGLE-3 code as {entry['same_as'].split('==')[1]} |"
                        + " |" * (len(subjects) - 1))
         elif entry.get("error"):
             reason = entry["error"][:300].replace("|", "/")
-            out.append(f"| {_label(spec, entry)} | not judged: {reason} |" + " |" * (len(subjects) - 1))
+            out.append(f"| {release_label(spec, entry)} | not judged: {reason} |" + " |" * (len(subjects) - 1))
         else:
-            out.append(f"| {_label(spec, entry)} | "
-                       + " | ".join(_verdict(entry.get("cells", {}).get(s)) for s in subjects) + " |")
+            out.append(f"| {release_label(spec, entry)} | "
+                       + " | ".join(verdict_cell(entry.get("cells", {}).get(s)) for s in subjects) + " |")
     out += ["", "## Where each break began and ended", "",
             "Per engine, in release order over the releases judged (a release that could not be judged is "
             "skipped, not counted as a change).", ""]
@@ -297,7 +264,7 @@ def render(doc: dict) -> str:
         for spec in judged:
             cells = doc["releases"][spec].get("cells", {}).get(s)
             if cells:
-                out.append(f"| {_label(spec, doc['releases'][spec])} | "
+                out.append(f"| {release_label(spec, doc['releases'][spec])} | "
                            + " | ".join(_cell(cells.get(c)) for c in contracts) + " |")
     return "\n".join(out) + "\n"
 
@@ -320,11 +287,11 @@ def _transitions(doc: dict, judged: list[str], subjects: list[str], contracts) -
                         changes.setdefault((engine, c, spec, prev[0], bad), []).append((subject, cell))
                     prev = (spec, bad)
     lines = []
-    for (engine, c, spec, before, bad), hits in sorted(changes.items(), key=lambda kv: (_order(kv[0][2]), kv[0][1])):
+    for (_engine, c, spec, before, bad), hits in sorted(changes.items(), key=lambda kv: (_order(kv[0][2]), kv[0][1])):
         verb = "fails from" if bad else "holds again from"
         drafts = ", ".join(subject for subject, _ in hits)
         words = f": {hits[0][1]['summary'][:240]}" if bad else ""
-        lines.append(f"- `{c}` {verb} {_label(spec, doc['releases'][spec])} (after {parts(before)[1]}) for "
+        lines.append(f"- `{c}` {verb} {release_label(spec, doc['releases'][spec])} (after {parts(before)[1]}) for "
                      f"{drafts}{words}")
     return lines
 

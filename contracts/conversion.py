@@ -22,14 +22,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contracts.checkpoint import Checkpoint, InputError
+from contracts.checkpoint import CONVERSION_RECORD_KEY, Checkpoint, InputError
 from contracts.convert import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 SGLANG_IDS_KEY = f"eagle_config.{IDS}"  # the only place SGLang reads explicit ids (top-level ones are ignored)
 # The record every copy carries in its config.json: what it was trained on and what it was made for, so that `check`
 # judges the copy against the trainer's layers without being told (its ids are no longer in the trainer's convention).
-RECORD_KEY = "eagle3_contracts_conversion"
+RECORD_KEY = CONVERSION_RECORD_KEY
 
 
 @dataclass
@@ -116,7 +116,7 @@ def observe(src, cfg, target, engine, trainer, into: Path, facts: dict, renames:
     """One staged copy of SRC under CFG (weights linked, RENAMES applied), asked by one subject: every observation
     `convert` needs of it comes from the same engine load."""
     from contracts.engines.errors import EngineBuildError, ReplayError
-    from contracts.subject import EngineRefused, TargetRefused
+    from contracts.refusals import EngineRefused, TargetRefused
 
     subject = _subject(src, target, engine, trainer, write_copy(src, cfg, into, link=True, renames=renames), **facts)
     observed = Observed()

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from contracts.registry import FAIL, PASS, SKIP, WARN, all_contracts
+from contracts.checks import all_contracts
+from contracts.registry import FAIL, PASS, SKIP, WARN
 
 CELL = {PASS: "pass", FAIL: "FAIL", WARN: "warn", SKIP: "skip"}
 FORM_LABEL = {"converted": "verbatim conversion"}  # the hand conversion (`convert --verbatim`)

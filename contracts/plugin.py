@@ -212,7 +212,7 @@ class ContractItem(pytest.Item):
 
     def runtest(self):
         from contracts.engines import canonical, close_others
-        from contracts.registry import select
+        from contracts.checks import select
 
         close_others(self.subject.engine)  # items come grouped by engine release: the previous one is done
 
@@ -336,7 +336,7 @@ def _accept_engine(config) -> str:
 class ContractsCollector(pytest.Collector):
     def collect(self):
         from contracts.engines import release
-        from contracts.registry import select
+        from contracts.checks import select
 
         for trainer, built in _builds(self.config).items():
             yield BuildItem.from_parent(self, name=f"build[{trainer}]", trainer=trainer, built=built)

@@ -1,7 +1,7 @@
 """What to do when the engine's own code refuses a checkpoint: the fix, read from the engine's error.
 
 An engine refusing a readable checkpoint is a verdict (exit 1), never an input error or an internal error
-of this suite (DESIGN.md). Prevents a refusal reported without a way out: SGLang 0.5.23 raises
+of this suite. Prevents a refusal reported without a way out: SGLang 0.5.23 raises
 ``AttributeError: 'LlamaConfig' object has no attribute 'draft_vocab_size'`` while building a draft whose
 config lacks the key (published SpecForge-style configs written by hand do), and the fix is to add it, not
 to rename the architecture.
@@ -10,6 +10,19 @@ to rename the architecture.
 from __future__ import annotations
 
 import re
+
+
+class EngineRefused(Exception):
+    """The engine's own code refused to build the draft for this checkpoint (an observation, not a crash)."""
+
+
+class NotADraft(EngineRefused):
+    """The engine dispatches the draft config to a class that is no EAGLE-3 draft (e.g. a draft published under
+    ``LlamaForCausalLM``): judged by ``config``; the contracts that read the loaded draft would only restate it."""
+
+
+class TargetRefused(Exception):
+    """The engine's own code refused to build the target model (the contracts that need it skip)."""
 
 DRAFT_ARCHITECTURE_FIX = ('write architectures: ["LlamaForCausalLMEagle3"] in config.json (a speculators checkpoint: '
                           "eagle3-contracts convert --to sglang SRC DST)")

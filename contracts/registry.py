@@ -1,7 +1,7 @@
 """How a contract is declared, identified and reported.
 
 A contract is a small function from a ``Subject`` (a draft checkpoint, its target, and lazily gathered
-engine observations) to a ``Result``. Contracts register under a stable id (DESIGN.md); every selected
+engine observations) to a ``Result``. Contracts register under a stable id (the README's table); every selected
 contract runs and every result is collected, failures included, as in schemathesis' checks.
 """
 
@@ -36,7 +36,7 @@ class Result:
 @dataclass(frozen=True)
 class Contract:
     id: str
-    holds_when: str  # one line, as in DESIGN.md's table
+    holds_when: str  # one line, as in the README's table
     check: Callable  # (Subject) -> Result
     # contracts whose failure makes this one fail too (what its observation is computed from): a failure of
     # this one while one of those fails is reported as following from it, not as a root cause of its own
@@ -56,40 +56,3 @@ def contract(contract_id: str, holds_when: str, depends_on: tuple[str, ...] = ()
         return func
 
     return register
-
-
-def mark_causes(results: list[Result]) -> list[Result]:
-    """Mark each failure as a root cause or as following from other failures (by ``depends_on``, transitively
-    through failing contracts): the Kimi-K2.5 replay fails key-naming (dropped layer weights) and, because of
-    it, forward-parity; only the first is something to fix."""
-    registered = all_contracts()
-    failing = {r.contract for r in results if r.status == FAIL}
-
-    def upstream(cid: str, seen: set) -> set:
-        found = set()
-        for dep in registered[cid].depends_on if cid in registered else ():
-            if dep in failing and dep not in seen:
-                seen.add(dep)
-                found |= {dep} | upstream(dep, seen)
-        return found
-
-    for r in results:
-        if r.status == FAIL:
-            r.follows_from = sorted(upstream(r.contract, set()), key=list(registered).index)
-    return results
-
-
-def all_contracts() -> dict[str, Contract]:
-    import contracts.checks  # noqa: F401  (registers every contract module)
-
-    return CONTRACTS
-
-
-def select(only: list[str] | None) -> list[Contract]:
-    registered = all_contracts()
-    if not only:
-        return list(registered.values())
-    unknown = [c for c in only if c not in registered]
-    if unknown:
-        raise KeyError(f"unknown contract id(s): {', '.join(unknown)} (known: {', '.join(registered)})")
-    return [registered[c] for c in only]

@@ -16,20 +16,9 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError, text_config
-from contracts.registry import FAIL, SKIP, Result, mark_causes, select
-
-
-class EngineRefused(Exception):
-    """The engine's own code refused to build the draft for this checkpoint (an observation, not a crash)."""
-
-
-class NotADraft(EngineRefused):
-    """The engine dispatches the draft config to a class that is no EAGLE-3 draft (e.g. a draft published under
-    ``LlamaForCausalLM``): judged by ``config``; the contracts that read the loaded draft would only restate it."""
-
-
-class TargetRefused(Exception):
-    """The engine's own code refused to build the target model (the contracts that need it skip)."""
+from contracts.refusals import EngineRefused, NotADraft, TargetRefused
+from contracts.checks import mark_causes, select
+from contracts.registry import FAIL, SKIP, Result
 
 
 @dataclass
@@ -168,7 +157,7 @@ class Subject:
     def saved_config_obs(self):
         """The engine's ``ConfigObservation`` of the checkpoint as saved (only asked for a converted one): can the
         engine dispatch it at all without the conversion?"""
-        from contracts.checks.config import trained_config
+        from contracts.config_facts import trained_config
 
         return self.adapter.config(self.checkpoint_path, trained_config(self.checkpoint.config), {}, None)
 
@@ -177,7 +166,7 @@ class Subject:
         """What a copy written by ``convert`` records of itself (its trainer, the ids it trained with and the
         ``hidden_states`` they are, the release it was made for): its ids are that release's, no longer the trainer's
         convention, so the trained layers are read from here. Raises InputError when it contradicts ``--trainer``."""
-        from contracts.conversion import RECORD_KEY
+        from contracts.checkpoint import CONVERSION_RECORD_KEY as RECORD_KEY
 
         record = self.checkpoint.config.get(RECORD_KEY)
         if not isinstance(record, dict):
@@ -253,7 +242,7 @@ class Subject:
         """The engine's ``ConfigObservation``: dispatch, honoured switches, applied rope (never raises a refusal)."""
         import json
 
-        from contracts.checks.config import switches_in, trained_config
+        from contracts.config_facts import switches_in, trained_config
 
         from contracts.engines.errors import EngineBuildError
 
@@ -268,7 +257,7 @@ class Subject:
     def ignored_switches(self) -> list[str]:
         """Switches the checkpoint sets that the engine ignores while computing the other value's math (the
         ``config`` contract's verdict on them)."""
-        from contracts.checks.config import mismatched_switches
+        from contracts.config_facts import mismatched_switches
 
         return mismatched_switches(self, self.config_obs)
 
@@ -279,7 +268,7 @@ class Subject:
         bundled draft of the same trainer that recorded it (its release said); None when no trainer is known."""
         import json
 
-        from contracts.bundled import manifest
+        from contracts.manifest import manifest
 
         if self.reference_path is not None and Path(self.reference_path).is_file():
             from safetensors import safe_open
@@ -308,13 +297,13 @@ class Subject:
     def later_step_switches(self) -> list[str]:
         """Switches the checkpoint sets on whose effect the engine begins at draft step 1 (the state it feeds the
         next step), as the ``config`` contract observed by flipping each."""
-        from contracts.checks.config import switches_from_step_1
+        from contracts.config_facts import switches_from_step_1
 
         return switches_from_step_1(self.config_obs)
 
     def rope_scaling_warning(self) -> str | None:
         """``config``'s warning that the draft's config scales its rope where the target's does not, if it has one."""
-        from contracts.checks.config import draft_only_rope_scaling
+        from contracts.config_facts import draft_only_rope_scaling
 
         return draft_only_rope_scaling(self)
 
@@ -419,7 +408,7 @@ def path_record(subject: Subject) -> dict | None:
 
 
 def report(subject: Subject, only: list[str] | None = None) -> dict:
-    """Run the selected contracts on one subject; the JSON document of DESIGN.md."""
+    """Run the selected contracts on one subject; the JSON document of docs/checking-a-draft.md."""
     from contracts.engines import canonical
 
     start = time.perf_counter()

@@ -71,19 +71,20 @@ def build(trainer: str, version: str) -> dict:
 def judge(builds: dict[str, dict], engines: list[str], workers: int) -> dict[str, dict[str, dict]]:
     """release -> engine spec -> contract cells, for every build that has a directory: one pytest run, each build a
     ``--checkpoint`` (judged with its record's target, trainer and reference), one xdist worker per engine release."""
-    from contracts.compatibility import REPO
+    from contracts.bundled import FIXTURES
 
+    repo = FIXTURES.parent
     built = [(key, b["directory"]) for key, b in builds.items() if "directory" in b]
     if not built:
         return {}
-    results = REPO / ".trainer-sweep-results.json"
+    results = repo / ".trainer-sweep-results.json"
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "contracts", "-p", "no:cacheprovider", "--no-header",
            f"--contracts-results={results}", *(f"--engine={e}" for e in engines)]
     for _, directory in built:
         cmd += ["--checkpoint", directory]
     if workers > 1:
         cmd += ["-n", str(workers), "--dist", "loadgroup"]
-    subprocess.run(cmd, cwd=REPO, check=False, stdout=2)
+    subprocess.run(cmd, cwd=repo, check=False, stdout=2)
     records = json.loads(results.read_text()) if results.exists() else []
     results.unlink(missing_ok=True)
     by_index = {str(i): key for i, (key, _) in enumerate(built)}
@@ -137,7 +138,7 @@ def _order(key: str) -> tuple:
 
 def render(doc: dict) -> list[str]:
     """The trainer release × engine release section of docs/compatibility.md."""
-    from contracts.compatibility import _label, _verdict
+    from contracts.table_cells import release_label, verdict_cell
 
     table = doc.get("trainers") or {}
     if not table:
@@ -158,7 +159,7 @@ def render(doc: dict) -> list[str]:
                     f"and judged on {len(last['engines'])} engine release(s), {last['wall_s']:.0f} s in all with "
                     f"{last['workers']} pytest-xdist worker(s)."]
     paths = doc.get("trainer_paths") or {}
-    out += ["", "| trainer release | " + " | ".join(_label(e, {"path": paths.get(e)}) for e in engines) + " | built in |",
+    out += ["", "| trainer release | " + " | ".join(release_label(e, {"path": paths.get(e)}) for e in engines) + " | built in |",
             "|---|" + "---|" * (len(engines) + 1)]
     for key in keys:
         entry = table[key]
@@ -168,7 +169,7 @@ def render(doc: dict) -> list[str]:
             out.append(f"| {label} | does not build: {reason} |" + " |" * len(engines))
             continue
         seconds = f"{entry.get('environment_s', 0):.0f} s env + {entry.get('build_s') or 0:.0f} s build"
-        out.append(f"| {label} | " + " | ".join(_verdict(entry["engines"].get(e)) for e in engines)
+        out.append(f"| {label} | " + " | ".join(verdict_cell(entry["engines"].get(e)) for e in engines)
                    + f" | {seconds} |")
     changes = _transitions(table, keys, engines)
     out += ["", "### Where a trainer release changed a verdict", "",

@@ -1,6 +1,7 @@
 """Root causes vs consequences: a failure that follows from another contract's failure says so."""
 
-from contracts.registry import FAIL, PASS, Result, mark_causes
+from contracts.checks import mark_causes
+from contracts.registry import FAIL, PASS, Result
 from contracts.report import render_text
 
 

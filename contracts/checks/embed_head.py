@@ -104,7 +104,7 @@ def _tensor_ev(held, origin: str) -> dict:
           # a dropped or misshapen lm_head / embed_tokens is key-naming's or tensor-shapes' finding first
           depends_on=("key-naming", "tensor-shapes"))
 def check_embed_head(subject) -> Result:
-    from contracts.subject import TargetRefused
+    from contracts.refusals import TargetRefused
 
     if subject.target_path is None:
         return _without_target(subject)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from contracts.engines.errors import EngineSpecError  # noqa: F401  (re-exported: the CLI and plugin catch it here)
+
 
 class Engine(Protocol):
     """What a subject asks of an engine; every method returns an observation (or raises the adapter's
@@ -36,10 +38,6 @@ class Engine(Protocol):
     def forward(self, engine_dir, target_dir, reference_path, runner=None): ...
 
     def surface(self) -> dict: ...  # the release's EAGLE-3 contract surface (drift between releases)
-
-
-class EngineSpecError(ValueError):
-    """An ``--engine`` value that names no engine or no release this suite has a recipe for."""
 
 
 ENGINES = ("sglang", "vllm")

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import contracts
-from contracts.engines import EngineSpecError
-from contracts.engines.recipes import (PACKAGE, TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, gpu_wheel_only,
-                                       index_versions, paired_triton, requirement_for_module)
+from contracts.engines.errors import EngineSpecError
+from contracts.engines.recipes import (PACKAGE, TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, envs_root,
+                                       gpu_wheel_only, index_versions, paired_triton, requirement_for_module)
 
 BUILDER = "uv-closure-4"  # bump when the way environments are made changes (part of each environment's key)
 MAX_CLOSURE_ROUNDS = 10
@@ -87,10 +87,6 @@ def _as_number(version: str) -> float:
 def measured_releases(name: str = "sglang") -> list[str]:
     """The releases CI samples (the nightly sweep covers every release on the index)."""
     return list(CI_SAMPLE[name])
-
-
-def envs_root() -> Path:
-    return Path(os.environ.get("EAGLE3_CONTRACTS_ENVS") or Path.home() / ".cache" / "eagle3-contracts" / "envs")
 
 
 def environment_for(name: str, version: str) -> Path:

@@ -98,9 +98,12 @@ class Recipe:
         self.notes.append(note)
 
 
-def wheels_dir() -> Path:
-    from contracts.engines.environments import envs_root
+def envs_root() -> Path:
+    """Where every engine and trainer environment is built and cached (``EAGLE3_CONTRACTS_ENVS``)."""
+    return Path(os.environ.get("EAGLE3_CONTRACTS_ENVS") or Path.home() / ".cache" / "eagle3-contracts" / "envs")
 
+
+def wheels_dir() -> Path:
     return envs_root() / "wheels"
 
 

@@ -75,7 +75,7 @@ def estimated_elements(cfg: dict) -> int:
     inter = int(text.get("moe_intermediate_size") or text.get("intermediate_size") or 4 * h)
     experts = max([int(text.get(k) or 0) for k in EXPERT_KEYS] + [1]) + int(text.get("n_shared_experts") or 0)
     size = layers * (4 * h * h + 3 * h * inter * experts) + 2 * int(text.get("vocab_size") or 0) * h
-    for key, sub in cfg.items():
+    for _key, sub in cfg.items():
         if isinstance(sub, dict) and sub is not text and isinstance(sub.get("hidden_size"), int):
             size += 12 * sub["hidden_size"] ** 2 * int(sub.get("num_hidden_layers") or 1)
     return size

@@ -123,7 +123,7 @@ def write_features(corpus, capture_ids: list[int], directory: Path) -> None:
             out = model(ids, output_hidden_states=True)
             aux = torch.cat([out.hidden_states[k + 1] for k in capture_ids], dim=-1)
             last = out.hidden_states[-1]
-            for j, (seq, mask) in enumerate(rows):
+            for j, (_seq, mask) in enumerate(rows):
                 torch.save({"input_ids": ids[j].clone(), "loss_mask": torch.tensor(mask, dtype=torch.long),
                             "hidden_state": last[j:j + 1].to(FEATURE_DTYPE).contiguous(),
                             "aux_hidden_state": aux[j:j + 1].to(FEATURE_DTYPE).contiguous()},

@@ -197,8 +197,8 @@ def specforge_proposer(draft_dir: str, target_dir: str):
             captured = []
 
             def record(_module, _inputs, out, wanted=step + 1):
-                captured.append(out.detach())
-                if len(captured) == wanted:
+                captured.append(out.detach())  # noqa: B023  (the hook runs within this iteration)
+                if len(captured) == wanted:  # noqa: B023
                     raise _StepsDone
 
             hook = draft_model.lm_head.register_forward_hook(record)

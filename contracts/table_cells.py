@@ -1,0 +1,39 @@
+"""The cells every compatibility table shares (the engine-release table and the trainer-release grid): how a
+release spec splits, how a release row is labelled with the path it judged, and what one verdict cell says.
+"""
+
+from __future__ import annotations
+
+
+def parts(spec: str) -> tuple[str, str, str | None]:
+    """``vllm==0.32.0:v1`` -> ("vllm", "0.32.0", "v1"); ``sglang==0.5.9`` -> ("sglang", "0.5.9", None)."""
+    engine, _, rest = spec.partition("==")
+    version, sep, runner = rest.partition(":")
+    return engine, version, runner if sep else None
+
+
+def verdict_cell(cells: dict | None) -> str:
+    """One table cell: does the release serve the draft as trained (and if not, which root-cause contracts fail)."""
+    if not cells:
+        return "-"
+    failed = sorted(c for c, v in cells.items() if v["status"] == "fail" and not v.get("follows_from"))
+    errors = sorted(c for c, v in cells.items() if v["status"] == "error")
+    if failed:
+        return f"**no**: {', '.join(failed)}" + (f" (not judged: {', '.join(errors)})" if errors else "")
+    if errors:
+        return f"not judged: {', '.join(errors)}"
+    return "yes"
+
+
+def release_label(spec: str, entry: dict | None = None) -> str:
+    """``SGLang 0.5.9``; a vLLM row names its runner: ``vLLM 0.32.0, Model Runner V2 (the GPU default)``."""
+    name, version, runner = parts(spec)
+    label = f"{'SGLang' if name == 'sglang' else 'vLLM'} {version}"
+    if "the GPU wheel" in ((entry or {}).get("build") or {}).get("recipe", ""):  # recipes.derive_gpu_wheel's note
+        label += " (GPU wheel on the CPU torch: no forward runs, so forward-parity and config's switches are not judged)"
+    path = (entry or {}).get("path") or {}
+    if path.get("kind") == "runner":
+        return f"{label}, {path['label']}" + (" (the GPU default)" if path.get("is_default") else "")
+    if path.get("kind") == "worker":  # the speculative worker the release constructs by default
+        return f"{label}, {path['label']}"
+    return f"{label}, Model Runner {runner.upper()}" if runner else label
