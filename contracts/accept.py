@@ -71,7 +71,7 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
             "greedy only: at temperature > 0 the draws differ from the engine's, so no like-for-like expectation"}
     wall = time.perf_counter() - start
     if done.returncode != 0:  # outside the engine's own calls: a defect of this suite, never a verdict
-        raise RuntimeError(f"the acceptance job in vLLM {version}'s environment failed: {_last_error(done.stderr)}")
+        raise RuntimeError(f"the acceptance job in vLLM {version}'s environment failed: {last_error(done.stderr)}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if "refused" in result:
         raise ServingRefused(f"vLLM {version} did not serve the draft: {result['refused']}")
@@ -112,7 +112,7 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
            "max_tokens": options["max_tokens"], "prompts": fixed_prompts(vocab, options["n_prompts"])}
     done = run_module(python, "contracts.trainers.expectation", str(draft), str(target), json.dumps(job))
     if done.returncode != 0:
-        return {"unavailable": f"{trainer} {release} could not run the draft: {_last_error(done.stderr)}"}
+        return {"unavailable": f"{trainer} {release} could not run the draft: {last_error(done.stderr)}"}
     return {"trainer": trainer, "version": release, "version_from": which,
             **json.loads(done.stdout.strip().splitlines()[-1])}
 
@@ -144,7 +144,7 @@ def _explained_by(draft: Path, target: Path, engine: str) -> tuple[list[str], li
             [f"{r['contract']}: {r['summary']}" for r in rep["results"] if r["status"] == "warn"])
 
 
-def _last_error(stderr: str) -> str:
+def last_error(stderr: str) -> str:
     """The last exception line a failed job wrote (else its last line), without torch's ``[rankN]:`` prefix."""
     lines = [re.sub(r"^\[rank\d+\]:\s*", "", line.strip()) for line in stderr.strip().splitlines() if line.strip()]
     errors = [line for line in lines if line.split(":")[0].endswith(("Error", "Exception"))]

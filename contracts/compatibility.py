@@ -28,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 from contracts.bundled import FIXTURES
+from contracts.engine_spec import EngineSpec
 from contracts.table_cells import parts, release_label, verdict_cell
 from contracts.trainer_compatibility import ENGINES as TRAINER_ENGINES
 
@@ -46,7 +47,7 @@ EAGLE3_FILES = re.compile(r"^sglang/srt/(models/(llama_eagle3|llama|deepseek_v2|
 def release_order(version: str) -> tuple:
     from contracts.engines.environments import release_order as order
 
-    return order(version.partition(":")[0])
+    return order(version.partition(":")[0])  # a version, or a version:runner column key
 
 
 # The table judges each vLLM release on the model runner a GPU deployment takes by default (`vllm==X`) and on the
@@ -114,13 +115,14 @@ def update(doc: dict, specs: list[str], workers: int = 1, only: list[str] | None
     release's EAGLE-3 code share its row (when the base is judged too, or already in the table), the rest are
     swept."""
     specs = with_paths(specs)
-    versions = [s.split("==")[1] for s in specs if s.startswith("sglang==")]
-    known = [s.split("==")[1] for s in doc["releases"] if s.startswith("sglang==") and doc["releases"][s].get("cells")]
+    parsed = {s: EngineSpec.parse(s) for s in [*specs, *doc["releases"]]}
+    versions = [parsed[s].version for s in specs if parsed[s].name == "sglang"]
+    known = [parsed[s].version for s in doc["releases"] if parsed[s].name == "sglang" and doc["releases"][s].get("cells")]
     shared = {post: base for post, base in shared_rows(sorted(set(versions) | set(known), key=release_order)).items()
               if post in versions}
     for post, base in shared.items():
         doc["releases"][f"sglang=={post}"] = {"same_as": f"sglang=={base}"}
-    todo = [s for s in specs if not (s.startswith("sglang==") and s.split("==")[1] in shared)]
+    todo = [s for s in specs if not (parsed[s].name == "sglang" and parsed[s].version in shared)]
     return sweep(todo, workers, doc, only) if todo else doc
 
 
@@ -301,7 +303,8 @@ def expand(patterns: list[str]) -> list[str]:
     EAGLE-3 on the package index; a plain spec stays as it is (the environment builder judges whether it exists)."""
     out = []
     for pattern in patterns:
-        engine, _, version = pattern.partition("==")
+        spec = EngineSpec.parse(pattern)
+        engine, version = spec.name, spec.version or ""
         if any(ch in version for ch in "*?["):
             out += [f"{engine}=={v}" for v in releases(engine) if fnmatch.fnmatchcase(v, version)]
         else:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.checkpoint import CONVERSION_RECORD_KEY, Checkpoint, InputError
+from contracts.engine_spec import EngineSpec
 from contracts.convert import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
 
 IDS = "eagle_aux_hidden_state_layer_ids"
@@ -271,7 +272,7 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     trained = first.trained or _subject(src, target_path, engine, trainer, src, **facts).trainer_layers
     cfg[RECORD_KEY] = conversion_record(trained, engine, src, conversion.form,
                                         [first.path.judged if first.path else engine] +
-                                        [e.rpartition(":")[2] for e in engines[1:]])
+                                        [EngineSpec.parse(e).runner or e for e in engines[1:]])
     conversion.config = cfg
     conversion.renames = renames
     write_copy(src, cfg, dst, link=link, renames=renames)

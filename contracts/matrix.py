@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 
 from contracts.checks import all_contracts
+from contracts.engine_spec import EngineSpec
 from contracts.registry import FAIL, PASS, SKIP, WARN
 
 CELL = {PASS: "pass", FAIL: "FAIL", WARN: "warn", SKIP: "skip"}
@@ -172,7 +173,7 @@ def markdown(doc: dict, all_paths: bool = False) -> str:
                 if engine not in doc["deployable"].get(subject, {}) or not _shown(doc, subject, engine, all_paths):
                     continue
                 path = doc.get("paths", {}).get(engine, {})
-                row = [subject, path.get("release", engine.partition(":")[0]).replace("==", " "),
+                row = [subject, path.get("release", str(EngineSpec.parse(engine).with_runner(None))).replace("==", " "),
                        path.get("path", "-"),
                        FORM_LABEL.get(form := doc.get("judged_as", {}).get(subject, {}).get(engine, "as saved"), form),
                        *(_cell(index.get((subject, engine, c))) for c in doc["contracts"]),

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from contracts import compatibility, trainer_compatibility
 from contracts.bundled import FIXTURES, documented_engines, expected_failures
+from contracts.engine_spec import EngineSpec
 
 SURFACES = FIXTURES / "surface"
 
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
         (out / "matrix.md").write_text(compatibility.render(tonight))
         (out / "newly_failing.json").write_text(json.dumps(failing, indent=1) + "\n")
 
-        pinned_version = pinned_spec().partition("==")[2]
+        pinned_version = EngineSpec.parse(pinned_spec()).version
         snapshot = json.loads(snapshot_path(pinned_version).read_text())
         surface = engine_for(f"sglang=={newest}").surface()  # in its own environment unless it is the pinned one
         rows = drift(snapshot, surface)

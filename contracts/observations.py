@@ -137,6 +137,8 @@ class AuxCaptureObservation(Observation):
     target_hidden_size: int | None = None
     target_class: str | None = None
     hook: str | None = None  # "implemented", "missing", "delegates ..." (from the engine's class)
+    hook_name: str | None = None  # the engine's capture interface a target class must implement, as a fix names it
+    hook_since: str | None = None  # the engine release that gained the hook for this target class, where one did
     evidence: str = "static"  # "observed": a tiny target forward ran; "static": the registry only
     evidence_reason: str | None = None
     tiny_target: str | None = None
@@ -199,3 +201,4 @@ class ForwardObservation(Observation):
     reference_chain: list | None = None
     engine_chain: list | None = None
     chain_path: str | None = None  # how the engine's later steps were run, in words
+    chain_loop: str | None = None  # the engine's own loop the later steps stand for, as a verdict names it

@@ -6,6 +6,7 @@ import json
 import shlex
 import xml.etree.ElementTree as ET
 
+from contracts.engine_spec import EngineSpec
 from contracts.input_bounds import escape
 from contracts.registry import FAIL, PASS, SKIP, WARN
 
@@ -32,10 +33,9 @@ def _reproduce(rep: dict, contract: str) -> str:
     cmd = ["eagle3-contracts", "check", rep["checkpoint"]]
     if rep.get("target"):
         cmd += ["--target", rep["target"]]
-    spec = rep.get("engine_spec") or "sglang"
-    if spec != "sglang":
-        release, _, runner = spec.partition(":")
-        cmd += ["--engine", release] + (["--runner", runner] if runner else [])
+    spec = EngineSpec.parse(rep.get("engine_spec") or "sglang")
+    if str(spec) != "sglang":
+        cmd += ["--engine", str(spec.with_runner(None))] + (["--runner", spec.runner] if spec.runner else [])
     return " ".join(shlex.quote(c) for c in cmd + ["--only", contract])
 
 

@@ -110,13 +110,13 @@ def test_build_tiny_refuses_a_directory_it_did_not_write(tmp_path, capsys):
 def _training_repository_env(root: Path) -> Path:
     """An environment as a training repository's CI has it: the trainer (speculators 0.9.0, with what it needs),
     eagle3-contracts installed from this checkout, pytest; no engine (the engines run in their own environments)."""
-    from contracts.engines.environments import _installer, _uv
+    from contracts.engines.environments import install_command, uv_binary
     from contracts.trainers.environments import environment_for
 
     recipe = environment_for("speculators", "0.9.0").parent.parent / "recipe.txt"
     env = root / "training-repo-env"
-    subprocess.run([*_uv(), "venv", "--quiet", "--python", sys.executable, str(env)], check=True)
-    installer, call_env = _installer(env)
+    subprocess.run([*uv_binary(), "venv", "--quiet", "--python", sys.executable, str(env)], check=True)
+    installer, call_env = install_command(env)
     for args in (["-r", str(recipe)], ["--no-deps", "speculators==0.9.0"],
                  ["-e", str(REPO), "-r", str(REPO / "requirements" / "test.txt")]):
         subprocess.run([*installer, *args], check=True, env=call_env, cwd=REPO / "requirements")

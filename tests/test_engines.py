@@ -12,7 +12,7 @@ from conftest import DRAFTS, TARGET, make_copy
 
 from contracts.engines import EngineSpecError, parse_spec
 from contracts.engines.environments import check_release
-from contracts.engines.inprocess import InProcessSGLang
+from contracts.engines.inprocess import InProcess
 from contracts.engines.remote import WorkerEngine, WorkerError
 from contracts.engines.errors import EngineBuildError
 
@@ -25,7 +25,7 @@ def worker():
 
 
 def test_worker_observations_equal_the_in_process_ones(worker):
-    local = InProcessSGLang()
+    local = InProcess("sglang")
     draft = DRAFTS["specforge"]
     assert worker.info() == local.info()
     assert worker.load(draft).to_dict() == local.load(draft).to_dict()
@@ -36,7 +36,7 @@ def test_worker_observations_equal_the_in_process_ones(worker):
 def test_the_engines_refusal_crosses_the_worker_as_the_same_exception(worker, tmp_path):
     broken = make_copy(DRAFTS["specforge"], tmp_path / "d", config={"architectures": ["NoSuchEagle3"]})
     with pytest.raises(EngineBuildError) as local:
-        InProcessSGLang().load(broken)
+        InProcess("sglang").load(broken)
     with pytest.raises(EngineBuildError) as remote:
         worker.load(broken)
     assert str(remote.value) == str(local.value)

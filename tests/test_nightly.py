@@ -10,7 +10,7 @@ import pytest
 from conftest import OLD_ENGINE
 
 from contracts import nightly
-from contracts.engines.inprocess import InProcessSGLang
+from contracts.engines.inprocess import InProcess
 from contracts.engines.sglang.surface import drift, drift_markdown
 
 
@@ -21,7 +21,7 @@ def snapshot():
 
 def test_the_committed_snapshot_is_the_pinned_releases_surface(snapshot):
     """Keeps fixtures/surface honest: refresh with `python -m contracts.nightly --write-snapshot` after review."""
-    surface = json.loads(json.dumps(InProcessSGLang().surface()))
+    surface = json.loads(json.dumps(InProcess("sglang").surface()))
     assert drift(snapshot, surface) == []
     assert surface == snapshot
 

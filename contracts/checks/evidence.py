@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from contracts.engine_spec import ENGINE_NAMES
+
 _INDEX = re.compile(r"\.(\d+)\.")
 
 
@@ -31,9 +33,6 @@ def collapse_layers(names: list[str], limit: int = 12) -> str:
             parts.append(f"`{key.replace('{}', '{' + span + '}')}`")
     more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
     return ", ".join(parts[:limit]) + more
-
-
-ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 
 
 def engine_label(engine: dict) -> str:

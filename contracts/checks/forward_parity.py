@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from contracts.registry import FAIL, PASS, SKIP, Result, contract
+from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
 TOP_K = 5
 
@@ -30,7 +30,7 @@ def _topk(row: list[float], k: int) -> list[int]:
                             "dtype's tolerance) and the same top-k target ids",
           # the replay runs the loaded, wired draft under its config, mapping ids with the engine's hot_token_id
           depends_on=("key-naming", "tensor-shapes", "d2t-semantics", "embed-head", "config"))
-def check_forward_parity(subject) -> Result:
+def check_forward_parity(subject: SubjectView) -> Result:
     if subject.reference_path is None:
         return Result("forward-parity", SKIP, "no trainer reference forward for this checkpoint: one is the "
                       "trainer's own forward (step 0 and its later TTT steps) on the target's real aux hidden "
@@ -139,5 +139,4 @@ def _later_steps(obs, diverges) -> list[dict] | None:
 
 def _path(obs) -> str:
     """Which engine path the later steps ran on, said in the verdict."""
-    return ("vLLM " + (obs.runner or "").upper() + " proposer loop" if obs.engine.get("name") == "vllm"
-            else "SGLang EAGLE draft worker loop") + ", replayed through the engine's draft forward"
+    return f"{obs.chain_loop or 'the engine draft loop'}, replayed through the engine's draft forward"

@@ -16,14 +16,7 @@ to capture the trained layers with; where none do, the fix says so.
 from __future__ import annotations
 
 from contracts.checks.evidence import engine_label
-from contracts.registry import FAIL, PASS, SKIP, Result, contract
-
-# Engine releases that gained the hook for a target class, for the fix line.
-HOOK_SINCE = {  # (SGLang)
-    "KimiK25ForConditionalGeneration": "SGLang 0.5.10 (kimi_k25 delegates capture to its DeepSeek-V3 language model)",
-    "DeepseekV2ForCausalLM": "SGLang 0.5.6", "DeepseekV3ForCausalLM": "SGLang 0.5.6",
-}
-
+from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 
@@ -32,7 +25,7 @@ def _on(aux) -> str:
     return {"v1": " on Model Runner V1", "v2": " on Model Runner V2"}.get(aux.runner or "", "")
 
 
-def _ids_not_read(subject, aux) -> str | None:
+def _ids_not_read(subject: SubjectView, aux) -> str | None:
     """Where the config the engine read lists aux ids the engine did not read (it applied its default), if it does:
     e.g. ids nested under ``eagle_config``, which vLLM's Model Runner V2 never reads, or top-level ids on SGLang."""
     if aux.aux_layer_ids is not None:
@@ -55,7 +48,7 @@ def _states(width: int | None, hidden: int | None) -> str:
 @contract("hidden-width", "the target architecture, wired by the engine for this draft config, captures the aux "
                           "layers and hands over hidden states as wide as fc.in_features; the captured layers are "
                           "the ones the trainer used")
-def check_hidden_width(subject) -> Result:
+def check_hidden_width(subject: SubjectView) -> Result:
     if subject.target_path is None:
         return Result("hidden-width", SKIP, "no --target: the hidden states the target hands over cannot be observed",
                       {}, "pass --target DIR (its config.json is enough)")
@@ -63,15 +56,14 @@ def check_hidden_width(subject) -> Result:
     ev = aux.to_dict()
     ev.pop("engine", None)
     label = engine_label(aux.engine)
-    sglang = aux.engine.get("name") == "sglang"
-    hook_name = "set_eagle3_layers_to_capture" if sglang else "SupportsEagle3 (set_aux_hidden_state_layers)"
+    hook_name = aux.hook_name or "the engine's aux capture hook"
     problems, fixes = [], []
 
     if aux.hook == "missing" or aux.configure_error:
         reason = aux.configure_error or f"the class has no {hook_name}"
         problems.append(f"target class {aux.target_class or aux.target_architecture} cannot capture aux hidden states "
                         f"on {label}: {reason}")
-        since = HOOK_SINCE.get(aux.target_architecture) if sglang else None
+        since = aux.hook_since
         fixes.append(f"serve with {since}" if since else
                      f"{label} does not implement {hook_name} for {aux.target_architecture}: serve a target class "
                      f"that does, or add the hook to it")
@@ -146,7 +138,7 @@ def _possessive(name: str) -> str:
     return f"{name}'" if name.endswith("s") else f"{name}'s"
 
 
-def _other_conventions(subject, aux, engine_layers, ev) -> str:
+def _other_conventions(subject: SubjectView, aux, engine_layers, ev) -> str:
     """Where the trainer is a guess (a flat config names none), what each trainer's convention would make of the
     layers the engine captures; said in the summary when they disagree. Nothing where the trainer is known."""
     from contracts.conventions import TRAINERS, hf_indices, trainer_layer_ids

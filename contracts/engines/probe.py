@@ -49,9 +49,9 @@ def _where(error: BaseException, name: str) -> dict:
 
 def probe(name: str) -> dict:
     from contracts.engines.errors import EngineBuildError
-    from contracts.engines.inprocess import ADAPTERS
+    from contracts.engines.inprocess import InProcess
 
-    engine = ADAPTERS[name]()
+    engine = InProcess(name)
     for step, run in _steps(engine):
         try:
             result = run()

@@ -35,3 +35,43 @@ def tolerance(ref_logits, served_embed_dtype: str | None, trained_embed_dtype: s
         why = (f"the trainer embedded with the checkpoint's {trained_embed_dtype} copy of the embedding, the engine "
                f"serves the target's float32 one: one 16-bit rounding (2^-8 of the logit scale)")
     return tol, why
+
+
+class Replay:
+    """The part of a forward-parity replay every engine shares: the reference read, the checkpoint opened, the
+    observation begun with the trainer's logits and its map (``d2t`` as the trainers define it: target id = draft id
+    + d2t[draft id]); an adapter wires the draft its engine's way, runs it, and hands its logits to ``compare``."""
+
+    def __init__(self, engine: dict, engine_dir, reference_path):
+        import torch
+
+        from contracts.checkpoint import Checkpoint
+        from contracts.observations import ForwardObservation
+
+        self.tensors, meta = read_reference(reference_path)
+        self.ids = self.tensors["input_ids"]
+        self.hidden = self.tensors["hidden_states"].float()
+        self.ref_logits = self.tensors["logits"].float()
+        self.chain = reference_chain(self.tensors)
+        self.ckpt = Checkpoint.open(engine_dir)
+        self.draft_vocab = self.ref_logits.shape[-1]
+        self.obs = ForwardObservation(engine=engine, trainer=meta.get("trainer"), compute_dtype=COMPUTE_DTYPE,
+                                      reference_logits=self.ref_logits.tolist())
+        d2t_key = next((k for k in self.ckpt.tensors if "d2t" in k), None)
+        d2t = self.ckpt.load_tensor(d2t_key).long() if d2t_key else torch.zeros(self.draft_vocab, dtype=torch.long)
+        self.obs.reference_map = (d2t + torch.arange(d2t.shape[0])).tolist()
+
+    def compare(self, engine_logits, served_embed_dtype: str):
+        """The engine's draft-vocab logits against the trainer's, within ``tolerance``: the finished observation."""
+        import torch
+
+        obs, ref = self.obs, self.ref_logits
+        if engine_logits.shape != ref.shape:
+            obs.error = (f"the engine's draft logits have shape {list(engine_logits.shape)}, the trainer's "
+                         f"{list(ref.shape)}")
+            return obs
+        diff = (engine_logits - ref).abs()
+        obs.max_abs_diff = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
+        embed = self.ckpt.tensors.get("embed_tokens.weight") or self.ckpt.tensors.get("model.embed_tokens.weight")
+        obs.tolerance, obs.tolerance_why = tolerance(ref, served_embed_dtype, embed.dtype if embed is not None else None)
+        return obs

@@ -17,3 +17,20 @@ def switch_effect(value: bool, base: tuple, flipped: tuple) -> dict:
     return {"value": value, "honoured": change > 0.0, "max_abs_change_when_flipped": change,
             "first_acts_at_step": 0 if at_step_0 > 0.0 else 1 if fed_back > 0.0 else None,
             "step_0_change": at_step_0, "fed_back_state_change": fed_back}
+
+
+def rope_comparison(rotary, expected, theta, scaling) -> dict:
+    """The rope the engine applies (ROTARY, its draft's rotary embedding) against EXPECTED, the one the engine's own
+    ``get_rope`` builds from the trainer's rope settings (THETA, SCALING): their cos/sin caches compared at the
+    precision the engine stores them in (a 16-bit cache rounds to ~4e-3). Prevents a draft served with the llama3
+    schedule of a YaRN-trained draft (or the reverse) passing unnoticed."""
+    import torch
+
+    applied = {"class": type(rotary).__name__, "base": getattr(rotary, "base", None)}
+    trained = {"rope_theta": theta, "rope_scaling": scaling}
+    a = rotary.cos_sin_cache
+    b = expected.cos_sin_cache.to(a.dtype)
+    n = min(a.shape[0], b.shape[0])
+    atol = 1e-5 if a.dtype == torch.float32 else 1e-2
+    same = a.shape[1:] == b.shape[1:] and bool(torch.allclose(a[:n].float(), b[:n].float(), atol=atol))
+    return {"applied": applied, "trained": trained, "trained_class": type(expected).__name__, "same": same}

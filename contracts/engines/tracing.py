@@ -114,3 +114,19 @@ def iter_for_device(ckpt: Checkpoint, device: str):
             yield name, ckpt.load_tensor(name)
         else:
             yield name, torch.empty(info.shape, dtype=getattr(torch, info.dtype), device="meta")
+
+
+def init_random(model, seed: int = 0) -> None:
+    """Seeded small random weights for a model built without a checkpoint (norm weights at 1): the tiny targets
+    and drafts every adapter builds when a checkpoint holds no weights for them."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not p.is_floating_point():
+                continue
+            if p.dim() == 1 and "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))

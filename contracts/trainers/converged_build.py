@@ -89,7 +89,7 @@ def build(trainer: str, out: Path) -> dict:
 
 def build_in_subprocess(trainer: str, out: Path, python: str = sys.executable) -> dict:
     """``build`` in a process of its own; a failure raises ``BuildRefused`` with the last error line it printed."""
-    from contracts.accept import _last_error
+    from contracts.accept import last_error
     from contracts.trainers.tiny import BuildRefused
 
     if trainer not in BUILDERS:
@@ -104,7 +104,7 @@ def build_in_subprocess(trainer: str, out: Path, python: str = sys.executable) -
     except subprocess.TimeoutExpired:
         raise BuildRefused(f"{trainer}'s converged build ran past {TIMEOUT_S} s") from None
     if done.returncode != 0:
-        raise BuildRefused(f"{trainer}'s converged build failed: {_last_error(done.stderr)}")
+        raise BuildRefused(f"{trainer}'s converged build failed: {last_error(done.stderr)}")
     return json.loads((Path(out) / RECORD).read_text())
 
 

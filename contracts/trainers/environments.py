@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 import contracts
-from contracts.engines.environments import EnvironmentBuildError, _installer, _step, _uv, envs_root, release_order
+from contracts.engines.environments import (EnvironmentBuildError, envs_root, install_command, release_order, run_step,
+                                           uv_binary)
 from contracts.engines.recipes import (CPU_TORCH, CUDA_STACKS, IMPORT_TO_DIST, Recipe, ReleaseNotFound, canonical,
                                        distribution_versions, wheels_dir)
 
@@ -187,7 +188,7 @@ def _build(env: Path, recipe: Recipe, source: Path | None, trainer: str, version
     with open(log, "w") as out:
         try:
             answer = _make(env, recipe, source, trainer, version, out, log)
-            if "predates" in answer and _uv():
+            if "predates" in answer and uv_binary():
                 day = upload_day(DISTRIBUTION[trainer], version)
                 recipe.notes.append(f"made as of {day}, the release's upload (uv --exclude-newer; torch kept): "
                                     f"{answer['predates']}")
@@ -206,18 +207,18 @@ def _make(env: Path, recipe: Recipe, source: Path | None, trainer: str, version:
           as_of: str | None = None) -> dict:
     """venv, the recipe, the trainer ``--no-deps``, then the closure; ``as_of``: resolve only what the index held
     that day (torch, pinned to its CPU wheel, exempt)."""
-    uv = _uv()
+    uv = uv_binary()
     make = [*uv, "venv", "--quiet", "--python", sys.executable, str(env)] if uv else \
         [sys.executable, "-m", "venv", str(env)]
-    _step(make, out, log, env, trainer, version, dict(os.environ))
-    installer, call_env = _installer(env)
+    run_step(make, out, log, env, trainer, version, dict(os.environ))
+    installer, call_env = install_command(env)
     if as_of:
         installer = [*installer, "--exclude-newer", as_of, "--exclude-newer-package", "torch=2100-01-01"]
     recipe_file = env / "recipe.txt"
     recipe_file.write_text(recipe.text())
-    _step([*installer, "-r", str(recipe_file)], out, log, env, trainer, version, call_env)
+    run_step([*installer, "-r", str(recipe_file)], out, log, env, trainer, version, call_env)
     package = str(source) if source is not None else f"{DISTRIBUTION[trainer]}=={version}"
-    _step([*installer, "--no-deps", "-r", str(recipe_file), package], out, log, env, trainer, version, call_env)
+    run_step([*installer, "--no-deps", "-r", str(recipe_file), package], out, log, env, trainer, version, call_env)
     return _closure(env, recipe, trainer, installer, call_env, out, log, version)
 
 
@@ -256,7 +257,7 @@ def _closure(env: Path, recipe: Recipe, trainer: str, installer, call_env, out, 
         if dist in CPU_IMPORTABLE and CPU_IMPORTABLE[dist] not in recipe.lines:
             recipe.add(CPU_IMPORTABLE[dist], f"{top}: imported by build-tiny at module level; "
                                              f"{CPU_IMPORTABLE[dist]} (importable without a GPU)")
-            _step([*installer, CPU_IMPORTABLE[dist]], out, log, env, trainer, version, call_env)
+            run_step([*installer, CPU_IMPORTABLE[dist]], out, log, env, trainer, version, call_env)
             continue
         if CUDA_STACKS.match(dist) or TRAINING_STACKS.match(dist):
             answer["stopped"] = f"build-tiny imports {module}, a CUDA or multi-GPU stack never installed here"
@@ -277,7 +278,7 @@ def _closure(env: Path, recipe: Recipe, trainer: str, installer, call_env, out, 
             return answer
         recipe.add(requirement, f"{top}: imported by build-tiny; "
                                 + (f"{requirement} as declared" if dist in recipe.declared else "undeclared (unpinned)"))
-        _step([*installer, requirement], out, log, env, trainer, version, call_env)
+        run_step([*installer, requirement], out, log, env, trainer, version, call_env)
     answer["stopped"] = f"more than {MAX_ROUNDS} missing imports"
     return answer
 

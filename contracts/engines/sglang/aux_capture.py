@@ -30,7 +30,8 @@ from contracts.engines.sglang.compat import (
     runner_stand_in,
 )
 from contracts.engines.sglang.context import engine_version, ensure_context
-from contracts.engines.sglang.cpu_forward import extend_forward, init_random, target_forward, uses_latent_attention
+from contracts.engines.sglang.cpu_forward import extend_forward, target_forward, uses_latent_attention
+from contracts.engines.tracing import init_random
 from contracts.engines.scaling import scale_down, scale_draft
 from contracts.engines.sglang.registry_cache import register_architectures
 from contracts.observations import AuxCaptureObservation
@@ -224,6 +225,14 @@ def _verify_ids(obs, model, owner, forward, wanted: list[int]) -> None:
     obs.ids_for_trainer_layers = None
 
 
+HOOK = "set_eagle3_layers_to_capture"  # what a target class implements to capture aux hidden states
+# Releases that gained the hook for a target class, for the fix line.
+HOOK_SINCE = {
+    "KimiK25ForConditionalGeneration": "SGLang 0.5.10 (kimi_k25 delegates capture to its DeepSeek-V3 language model)",
+    "DeepseekV2ForCausalLM": "SGLang 0.5.6", "DeepseekV3ForCausalLM": "SGLang 0.5.6",
+}
+
+
 def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] | None = None) -> AuxCaptureObservation:
     """What SGLang would hand this draft from this target, observed on a tiny instance of the target class."""
     import torch
@@ -241,7 +250,8 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
     text = text_config(target.config)
     obs = AuxCaptureObservation(engine={"name": "sglang", "version": engine_version()}, target_architecture=arch,
                                 num_target_layers=text.get("num_hidden_layers"),
-                                target_hidden_size=text.get("hidden_size"))
+                                target_hidden_size=text.get("hidden_size"), hook_name=HOOK,
+                                hook_since=HOOK_SINCE.get(arch))
     try:
         register_architectures([arch])
         cls, _ = ModelRegistry.resolve_model_cls([arch])

@@ -21,13 +21,14 @@ from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward
 from contracts.engines.scaling import scale_draft
-from contracts.engines.switch_effect import switch_effect
+from contracts.engines.switch_effect import rope_comparison, switch_effect
 from contracts.engines.errors import EngineBuildError
-from contracts.engines.sglang.loader import _LoadTracer, build_model, is_eagle3_draft_class, model_config
+from contracts.engines.sglang.loader import build_model, is_eagle3_draft_class, model_config, tracer
 from contracts.engines.errors import raised_by_engine
 from contracts.engines.tracing import is_real_size
 from contracts.engines.sglang.registry_cache import register_architectures
-from contracts.observations import ConfigObservation, TensorFate
+from contracts.engines.load_tracer import fates_of
+from contracts.observations import ConfigObservation
 
 SEED = 1234
 TOKENS = 8
@@ -76,8 +77,8 @@ def _outputs(mc, ckpt: Checkpoint | None, overrides: dict, inputs):
                 p.fill_(float("nan"))
     # the traced load: a tensor the engine refuses (shape) is recorded by tensor-shapes, not raised here
     if ckpt is not None:
-        fates = {k: TensorFate(key=k, shape=list(i.shape), dtype=i.dtype) for k, i in ckpt.tensors.items()}
-        _LoadTracer(model).load(ckpt.iter_tensors(), fates)
+        fates = fates_of(ckpt)
+        tracer(model).load(ckpt.iter_tensors(), fates)
     _fill_unwritten(model, SEED)
     ids, hidden = inputs
     out = extend_forward(model, run_mc.hf_config, run_mc.dtype, ids, spec_hidden_states=hidden.to(run_mc.dtype))
@@ -93,7 +94,6 @@ def _rotary(model):
 
 def compare_rope(model, trainer_cfg: dict) -> dict:
     """The engine's applied rope versus the rope built by the engine's own ``get_rope`` from the trainer's config."""
-    import torch
     from sglang.srt.layers.rotary_embedding import get_rope
 
     rotary = _rotary(model)
@@ -103,17 +103,10 @@ def compare_rope(model, trainer_cfg: dict) -> dict:
     trained = {"rope_theta": theta, "rope_scaling": scaling}
     if rotary is None or theta is None:
         return {"applied": applied, "trained": trained, "same": None}
-    head_dim = rotary.head_size
     max_pos = int(trainer_cfg.get("max_position_embeddings") or rotary.max_position_embeddings)
-    expected = get_rope(head_dim, rotary_dim=rotary.rotary_dim, max_position=max_pos, base=theta,
+    expected = get_rope(rotary.head_size, rotary_dim=rotary.rotary_dim, max_position=max_pos, base=theta,
                         rope_scaling=copy.deepcopy(scaling), is_neox_style=rotary.is_neox_style)
-    # Compare at the precision the engine stores the cache in (a 16-bit cache rounds to ~4e-3).
-    a = rotary.cos_sin_cache
-    b = expected.cos_sin_cache.to(a.dtype)
-    n = min(a.shape[0], b.shape[0])
-    atol = 1e-5 if a.dtype == torch.float32 else 1e-2
-    same = a.shape[1:] == b.shape[1:] and bool(torch.allclose(a[:n].float(), b[:n].float(), atol=atol))
-    return {"applied": applied, "trained": trained, "trained_class": type(expected).__name__, "same": same}
+    return rope_comparison(rotary, expected, theta, scaling)
 
 
 def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[str, bool],

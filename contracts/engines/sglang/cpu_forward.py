@@ -162,18 +162,3 @@ def target_forward(model, hf_config, dtype, input_ids):
     if uses_latent_attention(hf_config):
         return decode_forward(model, hf_config, dtype, input_ids)
     return extend_forward(model, hf_config, dtype, input_ids)
-
-
-def init_random(model, seed: int = 0) -> None:
-    """Seeded small random weights for a model built without a checkpoint (norm weights at 1)."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if not p.is_floating_point():
-                continue
-            if p.dim() == 1 and "norm" in name:
-                p.fill_(1.0)
-            else:
-                p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))

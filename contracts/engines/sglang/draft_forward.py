@@ -15,26 +15,18 @@ SGLang's worker itself needs a GPU (``EAGLEWorkerV2``'s draft attention), so its
 
 from __future__ import annotations
 
-
-from contracts.checkpoint import Checkpoint
-from contracts.engines.reference import COMPUTE_DTYPE, read_reference, reference_chain, tolerance
+from contracts.engines.reference import COMPUTE_DTYPE, Replay
 from contracts.engines.sglang.context import engine_version
 from contracts.engines.sglang.cpu_forward import draft_chain
 from contracts.engines.sglang.wiring import wire
 from contracts.observations import ForwardObservation
 
+
 def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservation:
     import torch
 
-    tensors, meta = read_reference(reference_path)
-    ids, hidden, ref_logits = tensors["input_ids"], tensors["hidden_states"].float(), tensors["logits"].float()
-    ckpt = Checkpoint.open(engine_dir)
-    obs = ForwardObservation(engine={"name": "sglang", "version": engine_version()}, trainer=meta.get("trainer"),
-                             compute_dtype=COMPUTE_DTYPE, reference_logits=ref_logits.tolist())
-    d2t_key = next((k for k in ckpt.tensors if "d2t" in k), None)
-    draft_vocab = ref_logits.shape[-1]
-    d2t = ckpt.load_tensor(d2t_key).long() if d2t_key else torch.zeros(draft_vocab, dtype=torch.long)
-    obs.reference_map = (d2t + torch.arange(d2t.shape[0])).tolist()  # the trainers' documented meaning of d2t
+    replay = Replay({"name": "sglang", "version": engine_version()}, engine_dir, reference_path)
+    obs, ids, hidden, chain = replay.obs, replay.ids, replay.hidden, replay.chain
     w = wire(engine_dir, target_dir, dtype=COMPUTE_DTYPE)
     obs.engine_dtype = str(w.mc.dtype).removeprefix("torch.")
     if w.error:
@@ -43,8 +35,7 @@ def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservatio
     hot = getattr(w.worker, "hot_token_id", None)
     if hot is None:
         hot = getattr(w.draft, "hot_token_id", None)
-    obs.engine_map = hot.tolist() if hot is not None else list(range(draft_vocab))
-    chain = reference_chain(tensors)
+    obs.engine_map = hot.tolist() if hot is not None else list(range(replay.draft_vocab))
     steps = 1 + (len(chain) if chain else 0)
     t_len = int(ids.shape[0])
     rows, later = [], [[] for _ in range(steps - 1)]
@@ -60,17 +51,10 @@ def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservatio
         return obs
     if chain:
         obs.reference_chain, obs.engine_chain = chain, later
+        obs.chain_loop = "SGLang EAGLE draft worker loop"
         obs.chain_path = ("SGLang's draft model stepped as EagleDraftWorker steps it (decode-mode forwards on one KV "
                           "cache, each fed the previous step's LogitsProcessorOutput.hidden_states, position +1), "
                           "ground-truth tokens in place of drafted ones; the worker's own loop needs a GPU")
     eng = torch.stack(rows)
     obs.engine_logits = eng.tolist()
-    if eng.shape != ref_logits.shape:
-        obs.error = f"the engine's draft logits have shape {list(eng.shape)}, the trainer's {list(ref_logits.shape)}"
-        return obs
-    diff = (eng - ref_logits).abs()
-    obs.max_abs_diff = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
-    embed = ckpt.tensors.get("embed_tokens.weight") or ckpt.tensors.get("model.embed_tokens.weight")
-    served = str(w.draft.model.embed_tokens.weight.dtype).removeprefix("torch.")
-    obs.tolerance, obs.tolerance_why = tolerance(ref_logits, served, embed.dtype if embed is not None else None)
-    return obs
+    return replay.compare(eng, str(w.draft.model.embed_tokens.weight.dtype).removeprefix("torch."))

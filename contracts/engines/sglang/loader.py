@@ -16,14 +16,16 @@ import contextlib
 import copy
 from pathlib import Path
 
-from contracts.checkpoint import Checkpoint, InputError
+from contracts.checkpoint import Checkpoint
 from contracts.engines.errors import EngineBuildError
 from contracts.engines.layer_reads import mark_reads
 from contracts.engines.sglang.compat import accepts, meta_build_isolated
 from contracts.engines.sglang.context import engine_version, ensure_context
-from contracts.engines.tracing import CopyCounter, choose_device, fill_sentinel, iter_for_device, unwritten_fraction
-from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
-from contracts.renames import candidate_names, config_switches, dropped_keys, explaining_switches
+from contracts.engines import load_tracer
+from contracts.engines.load_tracer import InOrderTracer, config_summary, fates_of
+from contracts.engines.tracing import choose_device, fill_sentinel, iter_for_device, unwritten_fraction
+from contracts.observations import LoadObservation, ParamState
+from contracts.renames import dropped_keys
 
 # The engine wiring that overwrites a draft parameter from the target after loading (0.5.23:
 # ``EagleDraftWorker.init_lm_head`` always calls ``set_embed``; ``set_embed_and_head`` when the draft
@@ -96,99 +98,11 @@ def build_model(mc, overrides: dict | None = None, device: str = "cpu"):
         raise EngineBuildError(f"SGLang could not build the model: {type(e).__name__}: {e}") from None
 
 
-class _LoadTracer:
-    """Wraps every parameter's weight loader and the weights iterable of one model."""
+def tracer(model) -> InOrderTracer:
+    """SGLang loads each tensor as it is yielded: a loader call serves the tensor last fed."""
+    from sglang.srt.model_loader.weight_utils import default_weight_loader
 
-    def __init__(self, model):
-        self.model = model
-        self.current: TensorFate | None = None
-        self.meta_written: dict[str, int] = {}  # meta device: elements the loader copied into each parameter
-        self.params = dict(model.named_parameters())
-        for name, param in self.params.items():
-            param.weight_loader = self._wrap(name, self._original_loader(param))
-
-    @staticmethod
-    def _original_loader(param):
-        from sglang.srt.model_loader.weight_utils import default_weight_loader
-
-        return getattr(param, "weight_loader", default_weight_loader)
-
-    def _wrap(self, name, original):
-        def traced(param, loaded_weight, *args, **kwargs):
-            import torch
-
-            shard = args[0] if args else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
-            call = LoadCall(param=name, shard=None if shard is None else str(shard))
-            # Measure the region this one call writes: sentinel the whole parameter, call the engine's
-            # loader, count what it overwrote, then put back everything it did not touch. A region whose
-            # size differs from the tensor's is a silent pad or truncation by the engine.
-            # On the meta device (large checkpoints) there are no values: count the elements of every
-            # destination the engine's loader copies into instead.
-            tracked = param.is_floating_point() and not param.is_meta
-            if tracked:
-                with torch.no_grad():
-                    before = param.data.clone()
-                    param.data.fill_(float("nan"))
-            copied = CopyCounter() if param.is_meta else None
-            try:
-                if copied is not None:
-                    with copied:
-                        original(param, loaded_weight, *args, **kwargs)
-                else:
-                    original(param, loaded_weight, *args, **kwargs)
-            except Exception as e:  # the engine's own shape/dtype assertion: record it, keep loading
-                call.error = f"{type(e).__name__}: {e}".strip()
-            if tracked:
-                with torch.no_grad():
-                    untouched = torch.isnan(param.data)
-                    call.written = int((~untouched).sum())
-                    param.data[untouched] = before[untouched]
-            elif copied is not None:
-                call.written = copied.elements
-                if call.error is None:
-                    self.meta_written[name] = self.meta_written.get(name, 0) + copied.elements
-            if self.current is not None:
-                self.current.calls.append(call)
-
-        return traced
-
-    def feed(self, items, fates: dict[str, TensorFate]):
-        for key, tensor in items:
-            self.current = fates[key]
-            before = getattr(self.model, "hot_token_id", None)
-            yield key, tensor
-            if getattr(self.model, "hot_token_id", None) is not before:
-                self.current.side_channel = "hot_token_id"
-        self.current = None
-
-    def load(self, items, fates) -> str | None:
-        try:
-            self.model.load_weights(self.feed(items, fates))
-        except InputError:  # the checkpoint itself is unreadable: not an engine observation
-            raise
-        except Exception as e:
-            where = f" (while loading {self.current.key})" if self.current is not None else ""
-            return f"{type(e).__name__}: {e}{where}"
-        finally:
-            self.current = None
-        return None
-
-
-def _config_summary(hf_config) -> dict:
-    out = {}
-    for key in CONFIG_SUMMARY_KEYS:
-        if hasattr(hf_config, key):
-            value = getattr(hf_config, key)
-            out[key] = value if isinstance(value, (int, float, str, bool, list, dict, type(None))) else str(value)
-    return out
-
-
-def _probe(model, key: str, candidate: str, tensor) -> list[str]:
-    """Feed one tensor under ``candidate`` into the engine's load_weights; the params it reached without error."""
-    fate = TensorFate(key=candidate, shape=list(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."))
-    tracer = _LoadTracer(model)
-    tracer.load([(candidate, tensor)], {candidate: fate})
-    return fate.reached
+    return InOrderTracer(model, default_weight_loader)
 
 
 def load_traced(engine_dir, dtype: str = "auto", device: str | None = None):
@@ -203,8 +117,8 @@ def load_traced(engine_dir, dtype: str = "auto", device: str | None = None):
     device = device or choose_device(ckpt)
     mc = model_config(engine_dir, dtype)
     model = build_model(mc, device=device)
-    tracer, fates, load_error = _traced_load(model, ckpt, device)
-    return ckpt, mc, model, tracer, fates, load_error
+    traced, fates, load_error = _traced_load(model, ckpt, device)
+    return ckpt, mc, model, traced, fates, load_error
 
 
 def _traced_load(model, ckpt: Checkpoint, device: str):
@@ -212,9 +126,9 @@ def _traced_load(model, ckpt: Checkpoint, device: str):
     ``(tracer, fates, load_error)``."""
     if device != "meta":
         fill_sentinel(model)
-    tracer = _LoadTracer(model)
-    fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
-    return tracer, fates, tracer.load(iter_for_device(ckpt, device), fates)
+    traced = tracer(model)
+    fates = fates_of(ckpt)
+    return traced, fates, traced.load(iter_for_device(ckpt, device), fates)
 
 
 def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = None) -> LoadObservation:
@@ -223,25 +137,25 @@ def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = N
     ENGINE_DIR holds the config in the form SGLang reads (see ``contracts.convert``) and the tensors.
     Raises ``EngineBuildError`` when SGLang refuses the config or cannot build the draft class.
     """
-    ckpt, mc, model, tracer, fates, load_error = load_traced(engine_dir, device=device)
+    ckpt, mc, model, traced, fates, load_error = load_traced(engine_dir, device=device)
 
     head_from_target = bool(getattr(model, "load_lm_head_from_target", False))
     params = []
-    for name, p in tracer.params.items():
+    for name, p in traced.params.items():
         shared = None
         if name == EMBED_PARAM:
             shared = "set_embed_and_head" if head_from_target else "set_embed"
         elif name == HEAD_PARAM and head_from_target:
             shared = "set_embed_and_head"
         params.append(ParamState(name=name, shape=list(p.shape), dtype=str(p.dtype).removeprefix("torch."),
-                                 unwritten_fraction=unwritten_fraction(p, tracer.meta_written, name),
+                                 unwritten_fraction=unwritten_fraction(p, traced.meta_written, name),
                                  shared_from_target=shared))
 
     hot = getattr(model, "hot_token_id", None)
     observation = LoadObservation(
         engine={"name": "sglang", "version": engine_version()},
         draft_class=type(model).__name__,
-        config=_config_summary(mc.hf_config),
+        config=config_summary(mc.hf_config, CONFIG_SUMMARY_KEYS),
         model_dtype=str(mc.dtype).removeprefix("torch."),
         tensors=list(fates.values()),
         params=params,
@@ -255,7 +169,9 @@ def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = N
         observation.reads_not_observed = mark_reads(params, model, lambda: _one_forward(model, mc))
     dropped = [f.key for f in fates.values() if f.dropped]
     if probe_fixes and dropped:
-        observation.probes = _probe_fixes(mc, ckpt, dropped, observation.device)
+        observation.probes = load_tracer.probe_fixes(
+            lambda switch: build_model(mc, switch, device=observation.device), tracer, ckpt, dropped,
+            observation.device, int(getattr(mc.hf_config, "num_hidden_layers", 1)))
     if probe_fixes and load_error is None and not dropped_keys(fates.values()):
         observation.config_fix = _probe_settings(mc, ckpt, observation)
     return observation
@@ -276,43 +192,13 @@ def _one_forward(model, mc):
 
 
 def _probe_settings(mc, ckpt: Checkpoint, observation: LoadObservation) -> dict | None:
-    """Load the checkpoint again into the draft SGLang builds under each setting that could explain the unwritten
-    parameters (``explaining_switches``); the first under which every tensor reaches a parameter and every
-    parameter is written or shared."""
+    """The one setting under which SGLang builds exactly what the checkpoint holds (``load_tracer.probe_settings``)."""
     shared = {p.name for p in observation.params if p.shared_from_target}
-    for switch in explaining_switches(observation):
-        try:
-            model = build_model(mc, switch, device=observation.device)
-        except Exception:  # noqa: BLE001  (a setting the engine cannot build with is no fix)
-            continue
-        tracer, fates, load_error = _traced_load(model, ckpt, observation.device)
-        left = [n for n, p in tracer.params.items() if n not in shared and unwritten_fraction(p, tracer.meta_written, n)]
-        if load_error is None and not left and not dropped_keys(fates.values()):
-            return switch
-    return None
 
+    def load_again(model):
+        traced, fates, load_error = _traced_load(model, ckpt, observation.device)
+        left = [n for n, p in traced.params.items()
+                if n not in shared and unwritten_fraction(p, traced.meta_written, n)]
+        return load_error, dropped_keys(fates.values()), left
 
-def _probe_fixes(mc, ckpt: Checkpoint, dropped: list[str], device: str = "cpu") -> list[RenameProbe]:
-    """Ask the engine which renames or config switches would make it load each dropped tensor."""
-    probes = []
-    present = set(ckpt.tensors)
-    model = build_model(mc, device=device)
-    wanted = set(dropped)
-    tensors = {key: t for key, t in iter_for_device(ckpt, device) if key in wanted}
-    for key in dropped:
-        for candidate in candidate_names(key):
-            reached = _probe(model, key, candidate, tensors[key])
-            if reached:
-                probes.append(RenameProbe(key=key, candidate=candidate, config_change=None, reached=reached))
-                if candidate not in present:
-                    break
-    for switch in config_switches(dropped, int(getattr(mc.hf_config, "num_hidden_layers", 1))):
-        try:
-            switched = build_model(mc, switch, device=device)
-        except Exception:
-            continue
-        for key in dropped:
-            reached = _probe(switched, key, key, tensors[key])
-            if reached:
-                probes.append(RenameProbe(key=key, candidate="", config_change=switch, reached=reached))
-    return probes
+    return load_tracer.probe_settings(lambda switch: build_model(mc, switch, device=observation.device), load_again, observation)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
+from contracts.engines.load_tracer import fates_of
 from contracts.observations import Observation, TensorFate
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
@@ -52,7 +53,7 @@ def _params(model) -> dict:
 
 def _keys_read(engine_dir: Path) -> list[str]:
     """Config keys the engine reads (attribute reads on its config object) while building and loading the draft."""
-    from contracts.engines.sglang.loader import _LoadTracer, build_model, model_config
+    from contracts.engines.sglang.loader import build_model, model_config, tracer
 
     mc = model_config(engine_dir)
     cfg = mc.hf_config
@@ -73,8 +74,8 @@ def _keys_read(engine_dir: Path) -> list[str]:
         ckpt = Checkpoint.open(engine_dir)
         import torch
 
-        fates = {k: TensorFate(key=k, shape=list(i.shape), dtype=i.dtype) for k, i in ckpt.tensors.items()}
-        _LoadTracer(model).load(((k, torch.empty(i.shape, dtype=getattr(torch, i.dtype), device="meta"))
+        fates = fates_of(ckpt)
+        tracer(model).load(((k, torch.empty(i.shape, dtype=getattr(torch, i.dtype), device="meta"))
                                  for k, i in ckpt.tensors.items()), fates)
     finally:
         if had_own:
@@ -86,7 +87,7 @@ def _keys_read(engine_dir: Path) -> list[str]:
 
 def _renames(engine_dir: Path) -> dict:
     """Which parameters each spelling of every checkpoint key reaches through the engine's own load_weights."""
-    from contracts.engines.sglang.loader import _LoadTracer, build_model, model_config
+    from contracts.engines.sglang.loader import build_model, model_config, tracer
 
     ckpt = Checkpoint.open(engine_dir)
     out = {}
@@ -103,7 +104,7 @@ def _renames(engine_dir: Path) -> dict:
                     continue
                 model = build_model(model_config(engine_dir))
                 fate = TensorFate(key=name, shape=list(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."))
-                error = _LoadTracer(model).load([(name, tensor)], {name: fate})
+                error = tracer(model).load([(name, tensor)], {name: fate})
                 reached = sorted({c.param + (f"[{c.shard}]" if c.shard is not None else "") for c in fate.calls})
                 out[name] = (reached or ([f"side channel: {fate.side_channel}"] if fate.side_channel else
                                          [f"error: {error}"] if error else ["dropped"]))

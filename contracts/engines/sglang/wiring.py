@@ -22,7 +22,7 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError, raised_by_engine
-from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM, _LoadTracer, build_model, load_traced
+from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM, build_model, load_traced, tracer
 from contracts.engines.held_tensors import held, materialise
 from contracts.observations import TensorFate
 from contracts.observations_wiring import WiringObservation
@@ -63,8 +63,7 @@ def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, st
         materialise(target, p)
     keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
     fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
-    tracer = _LoadTracer(target)
-    error = tracer.load(((k, ckpt.load_tensor(k)) for k in keys), fates)
+    error = tracer(target).load(((k, ckpt.load_tensor(k)) for k in keys), fates)
     return True, {k: f.reached for k, f in fates.items()}, error
 
 

@@ -32,8 +32,8 @@ from contracts.checkpoint import Checkpoint, text_config
 from contracts.engines.errors import EngineBuildError, ReplayError, raised_by_engine
 from contracts.engines.scaling import scale_down, scale_draft
 from contracts.engines.vllm.context import building, draft_configs, engine_version, on_device
-from contracts.engines.vllm.cpu_forward import (finish_loading, head_dim_of, init_random, kernels_missing, one_request,
-                                                runs_on_cpu)
+from contracts.engines.tracing import init_random
+from contracts.engines.vllm.cpu_forward import finish_loading, head_dim_of, kernels_missing, one_request, runs_on_cpu
 from contracts.engines.vllm.loader import build_draft
 from contracts.engines.vllm.runners import LABEL, resolve
 from contracts.observations import AuxCaptureObservation
@@ -239,7 +239,8 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
     text = text_config(target.config)
     obs = AuxCaptureObservation(engine={"name": "vllm", "version": engine_version()}, target_architecture=arch,
                                 num_target_layers=text.get("num_hidden_layers"),
-                                target_hidden_size=text.get("hidden_size"))
+                                target_hidden_size=text.get("hidden_size"),
+                                hook_name="SupportsEagle3 (set_aux_hidden_state_layers)")
     n_params = sum(t.numel for t in target.tensors.values())
     own_weights = (n_params <= SMALL_TARGET_PARAMS and runs_on_cpu(text)
                    and any(".layers." in k or k.startswith("layers.") for k in target.tensors))

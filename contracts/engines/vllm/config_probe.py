@@ -23,13 +23,14 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.errors import EngineBuildError, raised_by_engine
 from contracts.engines.scaling import scale_draft
-from contracts.engines.switch_effect import switch_effect
+from contracts.engines.switch_effect import rope_comparison, switch_effect
 from contracts.engines.tracing import is_real_size
 from contracts.engines.vllm.aux_capture import CPU_HEAD_DIM
 from contracts.engines.vllm.context import current, draft_configs, engine_version
 from contracts.engines.vllm.cpu_forward import finish_loading, kernels_missing, one_request, runs_on_cpu
 from contracts.engines.vllm.loader import LoadTracer, build_draft, is_eagle3_draft_class
-from contracts.observations import ConfigObservation, TensorFate
+from contracts.engines.load_tracer import fates_of
+from contracts.observations import ConfigObservation
 
 SEED = 1234
 TOKENS = 8
@@ -63,7 +64,7 @@ def _outputs(configs, ckpt: Checkpoint | None, overrides: dict, inputs):
             if p.is_floating_point():
                 p.fill_(float("nan"))
     if ckpt is not None:  # a tensor the engine refuses (shape) is recorded by tensor-shapes, not raised here
-        fates = {k: TensorFate(key=k, shape=list(i.shape), dtype=i.dtype) for k, i in ckpt.tensors.items()}
+        fates = fates_of(ckpt)
         LoadTracer(model).load(ckpt.iter_tensors(), fates)
     _fill_unwritten(model, SEED)
     finish_loading(model, configs.draft)
@@ -83,7 +84,6 @@ def _rotary(model):
 
 def compare_rope(model, trainer_cfg: dict) -> dict:
     """The engine's applied rope versus the rope built by vLLM's own ``get_rope`` from the trainer's config."""
-    import torch
     from vllm.model_executor.layers.rotary_embedding import get_rope
 
     rotary = _rotary(model)
@@ -96,14 +96,9 @@ def compare_rope(model, trainer_cfg: dict) -> dict:
     if "type" in params and "rope_type" not in (scaling or {}):
         params["rope_type"] = params.pop("type")
     max_pos = int(trainer_cfg.get("max_position_embeddings") or rotary.max_position_embeddings)
-    a = rotary.cos_sin_cache
     expected = get_rope(rotary.head_size, max_position=max_pos, is_neox_style=rotary.is_neox_style,
-                        rope_parameters=params, dtype=a.dtype)
-    b = expected.cos_sin_cache.to(a.dtype)
-    n = min(a.shape[0], b.shape[0])
-    atol = 1e-5 if a.dtype == torch.float32 else 1e-2
-    same = a.shape[1:] == b.shape[1:] and bool(torch.allclose(a[:n].float(), b[:n].float(), atol=atol))
-    return {"applied": applied, "trained": trained, "trained_class": type(expected).__name__, "same": same}
+                        rope_parameters=params, dtype=rotary.cos_sin_cache.dtype)
+    return rope_comparison(rotary, expected, theta, scaling)
 
 
 def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[str, bool],

@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 
-SEED = 0
-
 
 class UnsupportedGeometry(RuntimeError):
     """vLLM's CPU attention kernel does not take this head size (an engine limit on a CPU, not a verdict)."""
@@ -115,18 +113,3 @@ def finish_loading(model, model_config) -> None:
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
     process_weights_after_loading(model, model_config, torch.device("cpu"))
-
-
-def init_random(model, seed: int = SEED) -> None:
-    """Seeded small random weights for a model built without a checkpoint (norm weights at 1)."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if not p.is_floating_point():
-                continue
-            if p.dim() == 1 and "norm" in name:
-                p.fill_(1.0)
-            else:
-                p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))

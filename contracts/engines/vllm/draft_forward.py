@@ -19,8 +19,7 @@ outputs of steps 0..k-1; causal attention gives row i+k the keys the loop's KV c
 
 from __future__ import annotations
 
-from contracts.checkpoint import Checkpoint
-from contracts.engines.reference import COMPUTE_DTYPE, read_reference, reference_chain, tolerance
+from contracts.engines.reference import COMPUTE_DTYPE, Replay
 from contracts.engines.vllm.context import engine_version
 from contracts.engines.vllm.cpu_forward import finish_loading, head_dim_of, kernels_missing, one_request, runs_on_cpu, \
     supported_head_sizes
@@ -32,15 +31,8 @@ from contracts.observations import ForwardObservation
 def observe_forward(engine_dir, target_dir, reference_path, runner: str | None = None) -> ForwardObservation:
     import torch
 
-    tensors, meta = read_reference(reference_path)
-    ids, hidden, ref_logits = tensors["input_ids"], tensors["hidden_states"].float(), tensors["logits"].float()
-    ckpt = Checkpoint.open(engine_dir)
-    obs = ForwardObservation(engine={"name": "vllm", "version": engine_version()}, trainer=meta.get("trainer"),
-                             compute_dtype=COMPUTE_DTYPE, reference_logits=ref_logits.tolist())
-    d2t_key = next((k for k in ckpt.tensors if "d2t" in k), None)
-    draft_vocab = ref_logits.shape[-1]
-    d2t = ckpt.load_tensor(d2t_key).long() if d2t_key else torch.zeros(draft_vocab, dtype=torch.long)
-    obs.reference_map = (d2t + torch.arange(d2t.shape[0])).tolist()  # the trainers' documented meaning of d2t
+    replay = Replay({"name": "vllm", "version": engine_version()}, engine_dir, reference_path)
+    obs, ids, hidden, chain = replay.obs, replay.ids, replay.hidden, replay.chain
     w = wire(engine_dir, target_dir, dtype=COMPUTE_DTYPE, runner=runner)
     obs.runner = w.runner
     obs.engine_dtype = str(w.configs.draft.dtype).removeprefix("torch.")
@@ -58,8 +50,7 @@ def observe_forward(engine_dir, target_dir, reference_path, runner: str | None =
         return obs
     draft = w.draft
     mapped = engine_map(draft)
-    obs.engine_map = mapped if mapped is not None else list(range(draft_vocab))
-    chain = reference_chain(tensors)
+    obs.engine_map = mapped if mapped is not None else list(range(replay.draft_vocab))
     try:
         finish_loading(draft, w.configs.draft)
         n = int(ids.shape[0])
@@ -79,19 +70,12 @@ def observe_forward(engine_dir, target_dir, reference_path, runner: str | None =
     obs.engine_logits = eng.tolist()
     if chain:
         obs.reference_chain = chain
+        obs.chain_loop = f"vLLM {w.runner.upper()} proposer loop"
         obs.engine_chain = [[row[back].tolist() for row in step] for step in later]
         obs.chain_path = (f"vLLM's draft forward stepped as the {w.runner.upper()} proposer steps it (position +1, fed "
                           "the forward's second output at the sampled row), one causal prefill per step over the "
                           "prompt and the chain so far, ground-truth tokens in place of drafted ones")
-    if eng.shape != ref_logits.shape:
-        obs.error = f"the engine's draft logits have shape {list(eng.shape)}, the trainer's {list(ref_logits.shape)}"
-        return obs
-    diff = (eng - ref_logits).abs()
-    obs.max_abs_diff = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
-    embed = ckpt.tensors.get("embed_tokens.weight") or ckpt.tensors.get("model.embed_tokens.weight")
-    served = str(draft.model.embed_tokens.weight.dtype).removeprefix("torch.")
-    obs.tolerance, obs.tolerance_why = tolerance(ref_logits, served, embed.dtype if embed is not None else None)
-    return obs
+    return replay.compare(eng, str(draft.model.embed_tokens.weight.dtype).removeprefix("torch."))
 
 
 def _later_steps(draft, vc, ids, combined, step0_fed, steps: int) -> list:

@@ -19,14 +19,15 @@ import contextlib
 import re
 from pathlib import Path
 
-from contracts.checkpoint import Checkpoint, InputError
+from contracts.checkpoint import Checkpoint
 from contracts.engines.errors import EngineBuildError
 from contracts.engines.layer_reads import mark_reads
-from contracts.engines.tracing import (READ_WHOLE_ELEMENTS, CopyCounter, choose_device, fill_sentinel,
-                                       iter_for_device, unwritten_fraction)
+from contracts.engines import load_tracer
+from contracts.engines.load_tracer import ByObjectTracer, config_summary, fates_of
+from contracts.engines.tracing import READ_WHOLE_ELEMENTS, choose_device, fill_sentinel, iter_for_device, unwritten_fraction
 from contracts.engines.vllm.context import building, current, draft_configs, engine_version, on_device
-from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
-from contracts.renames import candidate_names, config_switches, dropped_keys, explaining_switches
+from contracts.observations import LoadObservation, ParamState, TensorFate
+from contracts.renames import dropped_keys
 
 EMBED_PARAM = "model.embed_tokens.weight"
 HEAD_PARAM = "lm_head.weight"
@@ -108,84 +109,18 @@ def _materialise_small(model) -> None:
                 setattr(module, name, real)
 
 
-class LoadTracer:
-    """Wraps every parameter's weight loader of one vLLM model; tensors are known by their object."""
+class LoadTracer(ByObjectTracer):
+    """vLLM collects every tensor before loading: a loader call serves the tensor object it was given; an error that
+    escapes ``load_weights`` is told with the checkpoint keys it names."""
 
     def __init__(self, model):
         from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
-        self.model = model
-        self.by_id: dict[int, TensorFate] = {}
-        self.meta_written: dict[str, int] = {}
-        self.params = dict(model.named_parameters())
-        for name, param in self.params.items():
-            param.weight_loader = self._wrap(name, getattr(param, "weight_loader", default_weight_loader))
+        super().__init__(model, default_weight_loader)
 
-    def _fate_of(self, tensor) -> TensorFate | None:
-        fate = self.by_id.get(id(tensor))
-        base = getattr(tensor, "_base", None)
-        if fate is None and base is not None:  # a view the engine took of a tensor it was given
-            fate = self.by_id.get(id(base))
-        return fate
-
-    def _wrap(self, name, original):
-        def traced(param, loaded_weight, *args, **kwargs):
-            import torch
-
-            shard = args[0] if args else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
-            if shard is None:
-                shard = getattr(loaded_weight, "shard_id", None)
-            call = LoadCall(param=name, shard=None if shard is None else str(shard))
-            # the region this one call writes (see contracts.engines.sglang.loader: same measurement)
-            tracked = param.is_floating_point() and not param.is_meta
-            if tracked:
-                with torch.no_grad():
-                    before = param.data.clone()
-                    param.data.fill_(float("nan"))
-            copied = CopyCounter() if param.is_meta else None
-            try:
-                with copied if copied is not None else contextlib.nullcontext():
-                    original(param, loaded_weight, *args, **kwargs)
-            except Exception as e:  # the engine's own shape/dtype assertion: record it, keep loading
-                call.error = f"{type(e).__name__}: {e}".strip() or type(e).__name__
-            if tracked:
-                with torch.no_grad():
-                    untouched = torch.isnan(param.data)
-                    call.written = int((~untouched).sum())
-                    param.data[untouched] = before[untouched]
-            elif copied is not None:
-                call.written = copied.elements
-                if call.error is None:
-                    self.meta_written[name] = self.meta_written.get(name, 0) + copied.elements
-            else:
-                call.written = int(param.numel()) if call.error is None else 0
-            fate = self._fate_of(loaded_weight)
-            if fate is not None:
-                fate.calls.append(call)
-
-        return traced
-
-    def load(self, items, fates: dict[str, TensorFate]) -> str | None:
-        """Feed the tensors to the engine's ``load_weights``; what escaped it (with the keys it names), if anything."""
-        held = []  # the tensors stay alive for the whole load: their ids identify them
-
-        def feed():
-            for key, tensor in items:
-                held.append(tensor)
-                self.by_id[id(tensor)] = fates[key]
-                yield key, tensor
-
-        try:
-            self.model.load_weights(feed())
-        except InputError:  # the checkpoint itself is unreadable: not an engine observation
-            raise
-        except Exception as e:
-            message = f"{type(e).__name__}: {e}"
-            named = _keys_named_in(message, fates)
-            return message[:600] + (f" (raised on {', '.join(named)})" if named else "")
-        finally:
-            self.by_id.clear()
-        return None
+    def describe_error(self, message, fates):
+        named = _keys_named_in(message, fates)
+        return message[:600] + (f" (raised on {', '.join(named)})" if named else "")
 
 
 def _keys_named_in(message: str, fates: dict[str, TensorFate]) -> list[str]:
@@ -242,15 +177,6 @@ def engine_map(model) -> list[int] | None:
         model.logits_processor, model.config.vocab_size = saved, vocab
 
 
-def _config_summary(hf_config) -> dict:
-    out = {}
-    for key in CONFIG_SUMMARY_KEYS:
-        if hasattr(hf_config, key):
-            value = getattr(hf_config, key)
-            out[key] = value if isinstance(value, (int, float, str, bool, list, dict, type(None))) else str(value)
-    return out
-
-
 def load_traced(engine_dir, target_dir=None, dtype: str = "auto", device: str | None = None):
     """Build vLLM's draft for ENGINE_DIR (served with TARGET_DIR), fill the NaN sentinel and run its own
     ``load_weights`` traced. Returns ``(checkpoint, configs, model, tracer, fates, load_error)``."""
@@ -268,7 +194,7 @@ def _traced_load(model, ckpt: Checkpoint, configs, device: str):
     ``(tracer, fates, load_error)``."""
     fill_sentinel(model)
     tracer = LoadTracer(model)
-    fates = {name: TensorFate(key=name, shape=list(info.shape), dtype=info.dtype) for name, info in ckpt.tensors.items()}
+    fates = fates_of(ckpt)
     with current(configs.vc):
         return tracer, fates, tracer.load(iter_for_device(ckpt, device), fates)
 
@@ -311,7 +237,7 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
     observation = LoadObservation(
         engine={"name": "vllm", "version": engine_version()},
         draft_class=type(model).__name__,
-        config=_config_summary(hf),
+        config=config_summary(hf, CONFIG_SUMMARY_KEYS),
         model_dtype=str(configs.draft.dtype).removeprefix("torch."),
         tensors=list(fates.values()),
         params=_param_states(model, tracer, reached, judged),
@@ -328,7 +254,9 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
             fate.side_channel = MAP_PARAM  # vLLM's d2t: draft_id_to_target_id, applied as arange + d2t
     dropped = [f.key for f in fates.values() if f.dropped]
     if probe_fixes and dropped and load_error is None:
-        observation.probes = _probe_fixes(configs, ckpt, dropped, observation.device)
+        observation.probes = load_tracer.probe_fixes(
+            lambda switch: build_draft(configs, device=observation.device, overrides=switch), LoadTracer, ckpt,
+            dropped, observation.device, int(getattr(hf, "num_hidden_layers", 1)))
     if probe_fixes and load_error is None and not dropped_keys(fates.values()):
         observation.config_fix = _probe_settings(configs, ckpt, observation, judged)
     return observation
@@ -354,51 +282,14 @@ def _one_forward(model, configs):
 
 
 def _probe_settings(configs, ckpt: Checkpoint, observation: LoadObservation, runner: str) -> dict | None:
-    """Load the checkpoint again into the draft vLLM builds under each setting that could explain the unwritten
-    parameters (``explaining_switches``); the first under which every tensor reaches a parameter and every
-    parameter is written or shared."""
-    for switch in explaining_switches(observation):
-        try:
-            model = build_draft(configs, device=observation.device, overrides=switch)
-        except Exception:  # noqa: BLE001  (a setting the engine cannot build with is no fix)
-            continue
+    """The one setting under which vLLM builds exactly what the checkpoint holds (``load_tracer.probe_settings``)."""
+
+    def load_again(model):
         tracer, fates, load_error = _traced_load(model, ckpt, configs, observation.device)
         written = {c.param for f in fates.values() for c in f.calls if c.error is None}
         left = [p.name for p in _param_states(model, tracer, written, runner)
                 if p.unwritten_fraction and not p.shared_from_target]
-        if load_error is None and not left and not dropped_keys(fates.values()):
-            return switch
-    return None
+        return load_error, dropped_keys(fates.values()), left
 
-
-def _probe(model, key: str, candidate: str, tensor) -> list[str]:
-    """Feed one tensor under ``candidate`` into the engine's load_weights; the params it reached without error."""
-    fate = TensorFate(key=candidate, shape=list(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."))
-    error = LoadTracer(model).load([(candidate, tensor)], {candidate: fate})
-    return [] if error else fate.reached
-
-
-def _probe_fixes(configs, ckpt: Checkpoint, dropped: list[str], device: str = "cpu") -> list[RenameProbe]:
-    """Ask the engine which renames or config switches would make it load each dropped tensor."""
-    probes = []
-    present = set(ckpt.tensors)
-    wanted = set(dropped)
-    tensors = {key: t for key, t in iter_for_device(ckpt, device) if key in wanted}
-    model = build_draft(configs, device=device)
-    for key in dropped:
-        for candidate in candidate_names(key):
-            reached = _probe(model, key, candidate, tensors[key])
-            if reached:
-                probes.append(RenameProbe(key=key, candidate=candidate, config_change=None, reached=reached))
-                if candidate not in present:
-                    break
-    for switch in config_switches(dropped, int(getattr(configs.draft.hf_config, "num_hidden_layers", 1))):
-        try:
-            switched = build_draft(configs, device=device, overrides=switch)
-        except Exception:  # noqa: BLE001  (a switch the engine cannot build with is no fix)
-            continue
-        for key in dropped:
-            reached = _probe(switched, key, key, tensors[key])
-            if reached:
-                probes.append(RenameProbe(key=key, candidate="", config_change=switch, reached=reached))
-    return probes
+    return load_tracer.probe_settings(
+        lambda switch: build_draft(configs, device=observation.device, overrides=switch), load_again, observation)

@@ -1,0 +1,67 @@
+"""An engine path as users name it: ``sglang``, ``sglang==0.5.9``, ``vllm``, ``vllm==0.32.0:v1``. One typed value
+(``EngineSpec``) instead of a string split by hand wherever it travels: reports, tables, caches and the CLI all
+parse it here, so ``vllm`` always means the pinned vLLM release and a runner suffix is always checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+ENGINES = ("sglang", "vllm")
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}  # how reports write each engine
+# vLLM is never installed beside the suite (its CPU build pins its own torch and transformers): a bare
+# ``vllm`` means this release, in its own environment.
+VLLM_PINNED = "0.32.0"
+# The code paths an engine release can serve a draft on, asked for with a ``:PATH`` suffix (``vllm==0.32.0:v1``,
+# ``--runner v1``); without one, the path a GPU deployment of that release takes by default, found from the
+# release's own code (contracts.engines.vllm.runners, contracts.engines.sglang.workers).
+RUNNERS = {"vllm": ("v1", "v2")}
+
+
+class EngineSpecError(ValueError):
+    """An ``--engine`` value that names no engine or no release this suite has a recipe for."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    version: str | None = None  # None: the release installed here (SGLang) or pinned (vLLM)
+    runner: str | None = None  # None: the path a GPU deployment of the release takes by default
+
+    @classmethod
+    def parse(cls, spec: "str | EngineSpec") -> "EngineSpec":
+        if isinstance(spec, EngineSpec):
+            return spec
+        base, sep, runner = spec.strip().partition(":")
+        runner = (runner.strip().lower() or None) if sep else None
+        name, sep, version = base.partition("==")
+        if name not in ENGINES:
+            raise EngineSpecError(f"unsupported engine {name!r} (supported: sglang, sglang==VERSION, vllm, "
+                                  f"vllm==VERSION)")
+        if sep and not version:
+            raise EngineSpecError(f"{spec!r}: give a version after '=='")
+        if runner is not None and runner not in RUNNERS.get(name, ()):
+            allowed = RUNNERS.get(name)
+            raise EngineSpecError(f"{spec!r}: {name} has no runner {runner!r}" +
+                                  (f" (its runners: {', '.join(allowed)})" if allowed else
+                                   " (--runner applies to vLLM; SGLang is judged on the worker its release uses)"))
+        return cls(name, version or None, runner)
+
+    def __str__(self) -> str:
+        base = f"{self.name}=={self.version}" if self.version else self.name
+        return f"{base}:{self.runner}" if self.runner else base
+
+    def canonical(self) -> "EngineSpec":
+        """As reports and caches know it: ``vllm`` is ``vllm==<pinned>``; a runner asked for stays."""
+        return replace(self, version=VLLM_PINNED) if self.name == "vllm" and self.version is None else self
+
+    def release(self) -> "EngineSpec":
+        """The release without a runner (one environment and one worker serve both runners)."""
+        return replace(self.canonical(), runner=None)
+
+    def with_runner(self, runner: str | None) -> "EngineSpec":
+        return EngineSpec.parse(str(replace(self, runner=runner)))
+
+    @property
+    def label(self) -> str:
+        """``SGLang 0.5.9`` / ``vLLM 0.32.0`` (the release, as a report names it)."""
+        return f"{ENGINE_NAMES[self.name]} {self.version}" if self.version else ENGINE_NAMES[self.name]

@@ -1,0 +1,56 @@
+"""SGLang behind the one adapter skeleton (``contracts.engines.inprocess.InProcess``): the eight observations every
+engine answers, each from SGLang's own code. SGLang judges the speculative worker its release uses for the draft,
+so ``runner`` is accepted and not read; it builds a draft from the draft's config alone, so ``load`` does not read
+the target."""
+
+from __future__ import annotations
+
+DISTRIBUTIONS = ("sglang",)  # the installed distribution that is this engine
+
+
+def info() -> dict:
+    from contracts.engines.sglang.context import engine_version
+
+    return {"name": "sglang", "version": engine_version()}
+
+
+def path(engine_dir, target_dir, runner=None):
+    from contracts.engines.sglang.workers import observe_path
+
+    return observe_path(engine_dir, target_dir)
+
+
+def load(engine_dir, target_dir=None, runner=None):
+    from contracts.engines.sglang.loader import observe_load
+
+    return observe_load(engine_dir)
+
+
+def aux(engine_dir, target_dir, trainer_hf_indices, runner=None):
+    from contracts.engines.sglang.aux_capture import observe_aux_capture
+
+    return observe_aux_capture(engine_dir, target_dir, trainer_hf_indices=trainer_hf_indices)
+
+
+def config(engine_dir, trained_config, switches, target_config):
+    from contracts.engines.sglang.config_probe import observe_config
+
+    return observe_config(engine_dir, trained_config, switches, target_config)
+
+
+def embed_head(engine_dir, target_dir, runner=None):
+    from contracts.engines.sglang.wiring import observe_embed_head
+
+    return observe_embed_head(engine_dir, target_dir)
+
+
+def forward(engine_dir, target_dir, reference_path, runner=None):
+    from contracts.engines.sglang.draft_forward import observe_forward
+
+    return observe_forward(engine_dir, target_dir, reference_path)
+
+
+def surface():
+    from contracts.engines.sglang.surface import observe_surface
+
+    return observe_surface()
