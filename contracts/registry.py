@@ -8,7 +8,8 @@ contract runs and every result is collected, failures included, as in schemathes
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Protocol
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 STATUSES = (PASS, FAIL, WARN, SKIP)
@@ -33,11 +34,62 @@ class Result:
         return d
 
 
+class SubjectView(Protocol):
+    """What a check may ask of its subject (``contracts.subject.Subject`` is the one implementation): the checkpoint
+    and target as read, the trainer's facts, and the engine's observations (``contracts.observations``), gathered
+    once per subject. A check that needs anything else adds it here, so the seam stays visible and typed."""
+
+    name: str
+    checkpoint_path: Path
+    target_path: Path | None
+    reference_path: Path | None
+    intended_ids: list[int] | None
+    engine_dir: Path  # the directory the engine reads (the checkpoint, or the conversion judged)
+    converted: bool  # the engine reads a conversion of the checkpoint, not the directory as saved
+    trainer_name: str | None
+    trainer_format: str
+    trainer_basis: tuple[str, bool]
+    trainer_layers: dict | None
+    trainer_switches: tuple[dict, str] | None
+
+    @property
+    def checkpoint(self): ...  # contracts.checkpoint.Checkpoint
+
+    @property
+    def target(self): ...  # Checkpoint | None
+
+    @property
+    def load(self): ...  # LoadObservation (raises EngineRefused / NotADraft)
+
+    @property
+    def aux(self): ...  # AuxCaptureObservation | None
+
+    @property
+    def config_obs(self): ...  # ConfigObservation
+
+    @property
+    def saved_config_obs(self): ...  # ConfigObservation of the checkpoint as saved, when the engine reads a conversion
+
+    @property
+    def embed_head(self): ...  # WiringObservation
+
+    @property
+    def forward(self): ...  # ForwardObservation
+
+    def convert_command(self, verbatim: bool = True) -> str: ...
+
+    def ignored_switches(self) -> dict: ...
+
+    def later_step_switches(self) -> list[str]: ...
+
+    def rope_scaling_warning(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class Contract:
     id: str
     holds_when: str  # one line, as in the README's table
-    check: Callable  # (Subject) -> Result
+    check: Callable[[SubjectView], Result]
     # contracts whose failure makes this one fail too (what its observation is computed from): a failure of
     # this one while one of those fails is reported as following from it, not as a root cause of its own
     depends_on: tuple[str, ...] = ()
@@ -47,7 +99,7 @@ CONTRACTS: dict[str, Contract] = {}
 
 
 def contract(contract_id: str, holds_when: str, depends_on: tuple[str, ...] = ()):
-    """Register ``func(subject) -> Result`` as the contract ``contract_id``."""
+    """Register ``func(subject: SubjectView) -> Result`` as the contract ``contract_id``."""
 
     def register(func):
         if contract_id in CONTRACTS:

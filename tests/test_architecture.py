@@ -1,9 +1,13 @@
-"""The house rules a maintainer relies on: no import circle in ``contracts/`` (counting imports inside functions,
-which only defer a circle), and no file that cites a document this repository does not have."""
+"""The house rules a maintainer relies on (docs/architecture.md): no import circle in ``contracts/`` (counting imports
+inside functions, which only defer a circle); every module on its floor, importing only floors below it; no private
+name taken across a package; every engine adapter answering the same eight observations with the same signatures; and
+no file that cites a document this repository does not have."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -78,3 +82,117 @@ def test_no_file_cites_a_document_outside_the_repository():
                  and p.name != "test_architecture.py" and cited.search(p.read_text(errors="replace"))]
     offenders += [n for n in ("README.md", "tox.ini", "pyproject.toml") if cited.search((REPO / n).read_text())]
     assert offenders == []
+
+
+# The floors of docs/architecture.md, lowest first: a module imports only modules of its own group or of a lower
+# floor. Checks and engines share a floor and never see each other (the observations are their only seam).
+FLOORS = [
+    {"core": ("contracts", "contracts.checkpoint", "contracts.input_bounds", "contracts.observations",
+              "contracts.observations_wiring", "contracts.registry", "contracts.report", "contracts.refusals",
+              "contracts.renames", "contracts.conventions", "contracts.fingerprint", "contracts.manifest",
+              "contracts.table_cells", "contracts.config_facts", "contracts.convert")},
+    {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
+    {"subject": ("contracts.subject", "contracts.conversion", "contracts.recordings", "contracts.bundled",
+                 "contracts.builds")},
+    {"runs": ("contracts.trainers", "contracts.accept")},
+    {"tables": ("contracts.matrix", "contracts.compatibility", "contracts.trainer_compatibility", "contracts.nightly",
+                "contracts.acceptance_study")},
+    {"front ends": ("contracts.cli", "contracts.plugin")},
+]
+
+
+def floor_of(module: str) -> tuple[int, str]:
+    """(floor, group) of a module: the group whose longest prefix names it."""
+    best = None
+    for level, groups in enumerate(FLOORS):
+        for group, prefixes in groups.items():
+            for prefix in prefixes:
+                if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[2]):
+                    best = (level, group, len(prefix))
+    assert best is not None, f"{module} is on no floor: add it to FLOORS and docs/architecture.md"
+    return best[0], best[1]
+
+
+def floor_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for m, targets in graph.items():
+        level, group = floor_of(m)
+        for t in sorted(targets):
+            t_level, t_group = floor_of(t)
+            if t_level > level or (t_level == level and t_group != group):
+                out.append(f"{m} ({group}) imports {t} ({t_group})")
+    return out
+
+
+def test_every_module_imports_only_lower_floors():
+    assert floor_violations(import_graph()) == []
+
+
+def test_a_floor_violation_is_found():
+    graph = {"contracts.checks.config": {"contracts.engines.sglang.loader"}, "contracts.engines.sglang.loader": set(),
+             "contracts.report": {"contracts.cli"}, "contracts.cli": set()}
+    assert floor_violations(graph) == [
+        "contracts.checks.config (checks) imports contracts.engines.sglang.loader (engines)",
+        "contracts.report (core) imports contracts.cli (front ends)"]
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: a package is its own; ``contracts.engines.sglang`` for its modules."""
+    if (REPO.joinpath(*module.split(".")) / "__init__.py").is_file():
+        return module
+    return module.rsplit(".", 1)[0]
+
+
+def private_imports() -> list[str]:
+    """``from contracts.X import _name`` where X lies in another package than the importer."""
+    out = []
+    for p in [*(REPO / "contracts").rglob("*.py")]:
+        importer = ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("contracts"):
+                for alias in node.names:
+                    if alias.name.startswith("_") and package_of(node.module) != package_of(importer):
+                        out.append(f"{importer} takes {node.module}.{alias.name}")
+    return out
+
+
+def test_no_private_name_crosses_a_package():
+    assert private_imports() == []
+
+
+def engine_packages() -> list[str]:
+    return sorted(p.parent.name for p in (REPO / "contracts" / "engines").glob("*/adapter.py"))
+
+
+def test_every_engine_adapter_answers_the_same_observations_with_the_same_signatures():
+    """One skeleton: ``contracts.engines.inprocess.InProcess`` drives any ``contracts.engines.<name>.adapter`` module
+    that defines the eight observations of ``contracts.engines.Engine``; adding an engine is adding that folder."""
+    from contracts.engines import ENGINES, Engine
+    from contracts.engines.inprocess import OBSERVATIONS
+
+    assert engine_packages() == sorted(ENGINES)
+    protocol = {name: inspect.signature(getattr(Engine, name)) for name in OBSERVATIONS}
+    for engine in engine_packages():
+        adapter = importlib.import_module(f"contracts.engines.{engine}.adapter")  # imports no engine (lazy inside)
+        assert adapter.DISTRIBUTIONS
+        for name, wanted in protocol.items():
+            got = inspect.signature(getattr(adapter, name))
+            wanted_params = [p for p in wanted.parameters if p != "self"]
+            assert list(got.parameters) == wanted_params, (engine, name, got)
+
+
+def test_the_subject_is_what_the_checks_are_typed_against():
+    """Every member of ``SubjectView`` (what a check may ask) exists on ``Subject``, and every attribute a check reads
+    of its subject is a member of ``SubjectView``."""
+    import dataclasses
+
+    from contracts.registry import SubjectView
+    from contracts.subject import Subject
+
+    view = {n for n in vars(SubjectView) if not n.startswith("_")} | set(SubjectView.__annotations__)
+    subject = {f.name for f in dataclasses.fields(Subject)} | {n for n in dir(Subject) if not n.startswith("_")}
+    assert view - subject == set()
+    asked = set()
+    for p in [*(REPO / "contracts" / "checks").glob("*.py")]:
+        asked |= set(re.findall(r"\bsubject\.(\w+)", p.read_text()))
+    assert asked - view == set()

@@ -18,13 +18,13 @@ from contracts.checks.evidence import engine_label
 from contracts.config_facts import (draft_only_scaling, ignored_switches, rope_scaled, rope_type, switches_from_step_1,
                                     switches_in, trained_config)
 from contracts.refusals import DRAFT_ARCHITECTURE_FIX
-from contracts.registry import FAIL, PASS, SKIP, WARN, Result, contract
+from contracts.registry import FAIL, PASS, SKIP, WARN, Result, SubjectView, contract
 
 
 @contract("config", "every draft-config switch that changes the math is honoured by this engine version, the "
                     "architecture dispatches to an EAGLE-3 draft class, sizes agree with the target; context, rope "
                     "base or serving dtype that differ from the target's are warnings")
-def check_config(subject) -> Result:
+def check_config(subject: SubjectView) -> Result:
     from contracts.refusals import EngineRefused, NotADraft
 
     refusal = None
@@ -154,7 +154,7 @@ def _acts(effect: dict) -> str:
             "changes only the state fed to the next step (from draft step 1 on)" if fed else "changes nothing")
 
 
-def _other_meanings(subject, obs, label: str, ev: dict) -> list[str]:
+def _other_meanings(subject: SubjectView, obs, label: str, ev: dict) -> list[str]:
     """Switches the engine honours that mean something else to the trainer: flipping each on the same weights
     changes other things in the trainer's forward (observed in its environment) than in the engine's. SpecForge
     0.2.0's ``norm_output`` is its final norm before ``lm_head`` and leaves the state fed on raw; the engines'
@@ -182,7 +182,7 @@ def _from_step_1(obs) -> str:
             f"carries later steps)") if later else ""
 
 
-def _as_saved(subject, label, ev: dict) -> list[tuple[str, str]]:
+def _as_saved(subject: SubjectView, label, ev: dict) -> list[tuple[str, str]]:
     """A converted checkpoint (speculators) is judged in the form the conversion writes: say whether the engine
     could serve the saved form at all (its own dispatch of the saved config), and how to get the judged form."""
     if not subject.converted:
@@ -201,7 +201,7 @@ def _as_saved(subject, label, ev: dict) -> list[tuple[str, str]]:
              f"verified by the contracts")]
 
 
-def _duplicate_keys(subject, ev: dict) -> list[tuple[str, str]]:
+def _duplicate_keys(subject: SubjectView, ev: dict) -> list[tuple[str, str]]:
     """Keys config.json gives twice: the engines read the last value (Python's json), the earlier is shadowed."""
     dups = subject.checkpoint.config_duplicates
     if not dups:

@@ -14,7 +14,7 @@ the ``hot_token_id`` the engine's ``load_weights`` computed, never on a re-imple
 from __future__ import annotations
 
 from contracts.checkpoint import text_config
-from contracts.registry import FAIL, PASS, Result, contract
+from contracts.registry import FAIL, PASS, Result, SubjectView, contract
 
 INTEGER_DTYPES = {"int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64"}
 SIDE_BY_SIDE = 8
@@ -65,7 +65,7 @@ def _as_ints(values) -> list[int] | None:
 @contract("d2t-semantics", "the engine's draft->target map (d2t + arange) is a one-to-one, in-range map of length "
                            "draft_vocab_size into the target vocab (ascending wherever t2d implies it), agrees with "
                            "t2d, exists whenever the draft vocab is reduced, and equals the mapping the trainer built")
-def check_d2t_semantics(subject) -> Result:
+def check_d2t_semantics(subject: SubjectView) -> Result:
     obs = subject.load
     ckpt = subject.checkpoint
     draft_vocab = obs.config.get("draft_vocab_size") or obs.config.get("vocab_size")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from contracts.checks.evidence import engine_label
 from contracts.fingerprint import coarser, compare_file_tensors, file_chunks, fingerprint, first_differing_rows
-from contracts.registry import FAIL, PASS, SKIP, Result, contract
+from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
 CID = "embed-head"
 RANDOM = "never written (random)"
@@ -103,7 +103,7 @@ def _tensor_ev(held, origin: str) -> dict:
                "when draft_vocab_size is set), and its embedding is the one it was trained with",
           # a dropped or misshapen lm_head / embed_tokens is key-naming's or tensor-shapes' finding first
           depends_on=("key-naming", "tensor-shapes"))
-def check_embed_head(subject) -> Result:
+def check_embed_head(subject: SubjectView) -> Result:
     from contracts.refusals import TargetRefused
 
     if subject.target_path is None:
@@ -240,7 +240,7 @@ def check_embed_head(subject) -> Result:
                   evidence)
 
 
-def _without_target(subject) -> Result:
+def _without_target(subject: SubjectView) -> Result:
     """Without a target the wiring cannot run; a head nothing will ever write is still decidable."""
     obs = subject.load
     head = next((p for p in obs.params if p.name == "lm_head.weight"), None)

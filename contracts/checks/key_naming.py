@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from contracts.checks.evidence import collapse_layers, engine_label
-from contracts.registry import FAIL, PASS, WARN, Result, contract
+from contracts.registry import FAIL, PASS, WARN, Result, SubjectView, contract
 
 # Tensors the engine skips on purpose. t2d is the target->draft mask; both engines derive the map from d2t
 # alone (``continue`` on any name containing "t2d"); d2t-semantics checks that the two agree.
@@ -46,7 +46,7 @@ def _fix_for_dropped(key: str, probes, present: set[str], num_layers) -> str:
     return text[3:] if text.startswith("or ") else text
 
 
-def _setting_fix(subject, obs, unwritten) -> str:
+def _setting_fix(subject: SubjectView, obs, unwritten) -> str:
     """The one config line that explains every never-written parameter (observed by the engine: rebuilt under it,
     the checkpoint loads whole)."""
     (key, value), = obs.config_fix.items()
@@ -79,7 +79,7 @@ def _read_instead(unwritten, loaded_unread: list[str]) -> str | None:
                                "they compute the same function") if parts else None
 
 
-def _copied_from_target(subject, key: str) -> str:
+def _copied_from_target(subject: SubjectView, key: str) -> str:
     """Says so when the draft's value is the target's (a config copied from the target)."""
     from contracts.checkpoint import text_config
 
@@ -98,7 +98,7 @@ def _checkpoint_name(param: str) -> str:
 
 @contract("key-naming", "every checkpoint tensor reaches an engine parameter or side channel, and every "
                         "engine parameter is written by the checkpoint or by the engine's sharing with the target")
-def check_key_naming(subject) -> Result:
+def check_key_naming(subject: SubjectView) -> Result:
     obs = subject.load
     present = {t.key for t in obs.tensors}
     dropped = [t.key for t in obs.tensors if t.dropped and t.key not in IGNORED_BY_DESIGN]

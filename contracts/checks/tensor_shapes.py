@@ -10,7 +10,7 @@ engine's own: its weight loaders' assertions, caught and recorded by the adapter
 
 from __future__ import annotations
 
-from contracts.registry import FAIL, PASS, WARN, Result, contract
+from contracts.registry import FAIL, PASS, WARN, Result, SubjectView, contract
 
 FLOAT_DTYPES = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
 
@@ -47,7 +47,7 @@ def _shape_fix(fate, call, param, obs) -> str:
 
 @contract("tensor-shapes", "every consumed tensor fits its parameter's shape; tensor dtypes agree with the "
                            "draft config")
-def check_tensor_shapes(subject) -> Result:
+def check_tensor_shapes(subject: SubjectView) -> Result:
     obs = subject.load
     params = {p.name: p for p in obs.params}
     mismatches, fixes, casts = [], [], []
