@@ -1,0 +1,72 @@
+"""The bundled examples' recorded engine answers (``fixtures/observed/<engine release>/<example>.json``): made by a
+live run of the engine, replayed by the fast tier so every contract's check logic is judged on real observations in
+seconds, with no engine environment (``contracts.engines.recorded``).
+
+    python -m contracts.recordings [--engine SPEC]     (re-record; the engine tier says when that is due)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from contracts.engines.recorded import Recording, Replayed
+from contracts.manifest import FIXTURES
+
+OBSERVED = FIXTURES / "observed"
+
+
+def recordings_dir(release: str) -> Path:
+    """Where the recordings of engine RELEASE (``sglang==0.5.23``) are kept."""
+    return OBSERVED / release.replace("==", "-").replace(":", "-")
+
+
+def record_subject(subject) -> dict:
+    """Run every contract on SUBJECT through a ``Recording`` of its engine: {"subject", "engine", "answers",
+    "verdicts"} (the verdicts the live run gave, which a replay must give again)."""
+    recording = Recording(subject.adapter)
+    subject.__dict__["adapter"] = recording
+    results = subject.run()
+    return {"subject": subject.name, "engine": recording.spec, "answers": recording.answers,
+            "verdicts": {r.contract: r.status for r in results}}
+
+
+def replay_subject(subject, recorded: dict):
+    """SUBJECT answered by RECORDED's engine answers instead of an engine (the same subject the recording was made
+    of: its checkpoint, target and reference are read as usual)."""
+    subject.__dict__["adapter"] = Replayed(recorded["engine"], recorded["answers"])
+    return subject
+
+
+def load_recordings(release: str) -> dict[str, dict]:
+    """Every recording of RELEASE, by example name."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(recordings_dir(release).glob("*.json"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from contracts.bundled import bundled_subjects
+    from contracts.engines import release
+
+    parser = argparse.ArgumentParser(prog="python -m contracts.recordings")
+    parser.add_argument("--engine", default="sglang")
+    args = parser.parse_args(argv)
+    subjects = bundled_subjects(args.engine)
+    out = None
+    for subject in subjects:
+        try:
+            recorded = record_subject(subject)
+        finally:
+            subject.close()
+        if out is None:
+            info = recorded["answers"]["info"]["result"]
+            out = recordings_dir(release(f"{info['name']}=={info['version']}"))
+            out.mkdir(parents=True, exist_ok=True)
+        (out / f"{subject.name}.json").write_text(json.dumps(recorded, sort_keys=True, indent=0) + "\n")
+        print(subject.name, recorded["verdicts"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

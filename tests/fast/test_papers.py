@@ -1,0 +1,117 @@
+"""Papers that are true: README's table of the bundled drafts says, cell by cell, what ``fixtures/expected.json``
+documents (which the suite's own runs hold the engines to), so the two cannot drift apart."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+EXPECTED = json.loads((REPO / "fixtures" / "expected.json").read_text())
+# README's columns, left to right after the draft: where each one's verdicts are documented
+COLUMNS = [("engines", "sglang==0.5.23"), ("after_convert", "sglang==0.5.23"), ("engines", "vllm==0.32.0"),
+           ("engines", "vllm==0.32.0:v1"), ("after_convert", "vllm==0.32.0"), ("after_convert", "vllm==0.32.0:v1")]
+HEADER = "| draft (trainer) | SGLang 0.5.23"
+
+
+def readme_rows() -> list[list[str]]:
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(HEADER))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def drafts_in(cell: str) -> list[str]:
+    """``specforge``, ``specforge-hd32`` -> both; ``speculators-train``, ``-hd32`` -> speculators-train(-hd32)."""
+    names = re.findall(r"`([^`]+)`", cell.split("(")[0])
+    out = []
+    for name in names:
+        out.append(out[0] + name if name.startswith("-") else name)
+    return out
+
+
+def failures_in(cell: str) -> set[str]:
+    """``yes`` -> none; ``**no**: `a`, `b``` -> {a, b}; a parenthesis (another release) is not this column's."""
+    said = cell.split(" (")[0] if cell.startswith("yes") else cell
+    if said.strip() == "yes":
+        return set()
+    assert said.startswith("**no**"), cell
+    return set(re.findall(r"`([a-z0-9-]+)`", said.split("(step")[0]))
+
+
+def documented(where: str, release: str, draft: str) -> set[str]:
+    return set(EXPECTED[where].get(release, {}).get(draft, {}))
+
+
+def test_readme_names_every_bundled_draft_once():
+    from contracts.bundled import bundled_subjects
+
+    drafts = sorted(s.name for s in bundled_subjects())
+    named = sorted(d for row in readme_rows() for d in drafts_in(row[0]))
+    assert named == drafts
+
+
+def test_every_readme_cell_is_what_expected_json_documents():
+    wrong = []
+    for row in readme_rows():
+        for (where, release), cell in zip(COLUMNS, row[1:]):
+            for draft in drafts_in(row[0]):
+                if failures_in(cell) != documented(where, release, draft):
+                    wrong.append(f"{draft} / {where} {release}: README says {cell!r}, expected.json "
+                                 f"{sorted(documented(where, release, draft))}")
+    assert wrong == []
+
+
+MATRIX_HEADER = "| subject | engine | path | judged | key-naming |"
+RELEASES = {("sglang 0.5.23", "EAGLEWorkerV2"): "sglang==0.5.23", ("vllm 0.32.0", "Model Runner V2"): "vllm==0.32.0",
+            ("vllm 0.32.0", "Model Runner V1"): "vllm==0.32.0:v1"}
+
+
+def matrix_rows() -> tuple[list[str], list[list[str]]]:
+    lines = (REPO / "docs" / "releases-and-matrix.md").read_text().splitlines()
+    section = lines.index("## The bundled drafts on both engines")
+    start = next(i for i, line in enumerate(lines) if i > section and line.startswith(MATRIX_HEADER))
+    header = [c.strip() for c in lines[start].strip().strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return header, rows
+
+
+def test_the_matrix_of_the_bundled_drafts_fails_what_expected_json_documents():
+    header, rows = matrix_rows()
+    contracts = header[4:-1]
+    wrong, seen = [], set()
+    for row in rows:
+        release = next(r for (engine, path), r in RELEASES.items() if row[1] == engine and row[2].startswith(path))
+        seen.add((row[0], release))
+        failing = {c for c, cell in zip(contracts, row[4:-1]) if cell.startswith("FAIL")}
+        if failing != documented("engines", release, row[0]):
+            wrong.append(f"{row[0]} on {release}: the matrix fails {sorted(failing)}, expected.json documents "
+                         f"{sorted(documented('engines', release, row[0]))}")
+    assert wrong == []
+    assert len(seen) == len(rows) == 3 * len(readme_drafts())
+
+
+def test_the_matrix_rows_of_the_pinned_sglang_are_the_recorded_verdicts():
+    """Every cell, warnings and skips included, against the verdicts the pinned engine's recorded run gave."""
+    from contracts.recordings import load_recordings
+
+    recorded = load_recordings("sglang==0.5.23")
+    header, rows = matrix_rows()
+    contracts = header[4:-1]
+    for row in rows:
+        if row[1] == "sglang 0.5.23":
+            cells = {c: cell.split(" ")[0].lower() for c, cell in zip(contracts, row[4:-1])}
+            assert cells == recorded[row[0]]["verdicts"], row[0]
+
+
+def readme_drafts() -> list[str]:
+    return [d for row in readme_rows() for d in drafts_in(row[0])]
