@@ -57,7 +57,7 @@ def rope_of(cfg: dict) -> tuple[float | None, dict | None]:
     return theta, scaling
 
 
-# The record every `convert` copy carries in its config.json (written by contracts.conversion, read by the subject)
+# The record every `convert` copy carries in its config.json (written by contracts.convert_command, read by the subject)
 CONVERSION_RECORD_KEY = "eagle3_contracts_conversion"
 
 # eagle_config keys only NVIDIA Model Optimizer's export writes (modelopt/torch/export/plugins/hf_spec_configs.py)

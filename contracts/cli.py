@@ -226,7 +226,7 @@ def _run_check(args) -> int:
 
 def _run_matrix(args) -> int:
     """The contracts on one checkpoint under each engine release: the can-i-deploy table."""
-    from contracts import matrix
+    from contracts.tables import matrix
     from contracts.subject import Subject
 
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
@@ -291,7 +291,7 @@ def _finish_examples(reports: list[dict], args) -> int:
 
 def _run_convert(args) -> int:
     """Write DST for the engine release, judge it there; exit 1 when it is still not served as trained."""
-    from contracts.conversion import convert
+    from contracts.convert_command import convert
     from contracts.engines import EngineSpecError, parse_spec
     from contracts.report import render
 

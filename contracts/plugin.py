@@ -42,7 +42,7 @@ def pytest_addoption(parser):
                     help="comma-separated contract ids to run (default: all)")
     group.addoption("--contracts-results", default=None, metavar="FILE",
                     help="write every contract item's result (subject, engine, status, summary) to FILE as JSON; "
-                         "under pytest-xdist the controller gathers them (contracts.compatibility reads it)")
+                         "under pytest-xdist the controller gathers them (contracts.tables.compatibility reads it)")
     group.addoption("--engine", action="append", default=[], metavar="SPEC", dest="contracts_engine",
                     help="engine under test: sglang (installed here), sglang==X, vllm or vllm==X (each in its own "
                          "cached environment), judged on the path a GPU deployment of that release takes by default; "

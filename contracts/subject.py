@@ -2,7 +2,7 @@
 them gathered lazily (once per subject, shared by every contract) through an engine adapter.
 
 The user's directories are only read. A speculators checkpoint, which SGLang cannot load as saved, is
-judged on SGLang after the conversion a user would apply (``contracts.convert``), written to a private temporary
+judged on SGLang after the conversion a user would apply (``contracts.hand_conversion``), written to a private temporary
 directory that is removed on ``close()``.
 """
 
@@ -68,7 +68,7 @@ class Subject:
             return self.served_as
         if not self.converted:
             return self.checkpoint_path
-        from contracts.convert import convert_to_sglang
+        from contracts.hand_conversion import convert_to_sglang
 
         self._tmp = tempfile.mkdtemp(prefix="eagle3-contracts-")
         return convert_to_sglang(self.checkpoint_path, Path(self._tmp) / "sglang")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from contracts.acceptance_study import BREAKS, agreement
+from contracts.tables.acceptance_study import BREAKS, agreement
 from contracts.bundled import converged_subjects
 
 BY_NAME = {b.name: b for b in BREAKS}

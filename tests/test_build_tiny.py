@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from contracts.builds import RECORD, read_record, twin_expectations
-from contracts.trainer_compatibility import build
+from contracts.tables.trainer_compatibility import build
 from tests.conftest import FIXTURES, REPO
 
 pytestmark = pytest.mark.xdist_group("trainer-builds")  # one worker builds each environment (they share a lock)

@@ -195,7 +195,7 @@ def test_bad_matrix_invocation_is_exit_2(args, expected, capsys):
 
 
 def test_matrix_exits_1_when_no_release_serves_the_draft(capsys, tmp_path):
-    from contracts import matrix
+    from contracts.tables import matrix
 
     doc = matrix.document([{"name": "d", "engine": {"name": "sglang", "version": v}, "results": [
         {"contract": "key-naming", "status": "fail", "summary": "dropped", "root_cause": True, "follows_from": []},
@@ -210,7 +210,7 @@ def test_matrix_exits_1_when_no_release_serves_the_draft(capsys, tmp_path):
 def test_matrix_says_what_a_yes_did_not_judge():
     """A pair no contract fails, with forward-parity skipped (no trainer reference), is no proof the math is the
     trainer's: the column says which contracts were not judged."""
-    from contracts import matrix
+    from contracts.tables import matrix
 
     doc = matrix.document([{"name": "d", "engine": {"name": "sglang", "version": "0.5.23"}, "results": [
         {"contract": "key-naming", "status": "pass", "summary": "all"},

@@ -1,9 +1,9 @@
-"""The compatibility table (contracts.compatibility): release patterns, merging the sweeps of several CI jobs, and a
+"""The compatibility table (contracts.tables.compatibility): release patterns, merging the sweeps of several CI jobs, and a
 rendering that says where each break began and ended without counting a release that could not be judged."""
 
 from __future__ import annotations
 
-from contracts import compatibility
+from contracts.tables import compatibility
 
 
 def _cells(**statuses):
@@ -73,7 +73,7 @@ def _trainers():
 
 
 def test_the_trainer_grid_shows_each_release_and_where_a_trainer_release_changed_a_verdict():
-    from contracts import trainer_compatibility
+    from contracts.tables import trainer_compatibility
 
     text = "\n".join(trainer_compatibility.render(_trainers()))
     assert "| speculators 0.6.0 | **no**: key-naming |" in text
@@ -84,7 +84,7 @@ def test_the_trainer_grid_shows_each_release_and_where_a_trainer_release_changed
 
 
 def test_a_trainer_release_failing_where_its_previous_release_held_is_newly_failing():
-    from contracts import trainer_compatibility
+    from contracts.tables import trainer_compatibility
 
     doc = _trainers()
     found = trainer_compatibility.newly_failing(doc, ["speculators==0.6.0", "speculators==0.7.0",
@@ -118,7 +118,7 @@ def test_each_vllm_release_is_a_row_per_runner_labelled_with_the_path_it_judged(
 
 
 def test_the_trainer_grid_names_the_path_each_engine_column_judged():
-    from contracts import trainer_compatibility
+    from contracts.tables import trainer_compatibility
 
     doc = _trainers()
     doc["trainer_paths"] = {"sglang==0.5.9": {"kind": "worker", "label": "EAGLEWorker", "is_default": True}}

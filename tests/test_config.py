@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import contracts.convert as convert
+import contracts.hand_conversion as convert
 from tests.conftest import DRAFTS, TARGET, judge_contract
 
 

@@ -39,7 +39,7 @@ def test_speculators_ids_copied_verbatim_capture_one_layer_later(name):
 
 
 def test_the_suggested_ids_make_it_pass(tmp_path):
-    from contracts.convert import convert_to_sglang
+    from contracts.hand_conversion import convert_to_sglang
 
     fixed = convert_to_sglang(DRAFTS["speculators-default"], tmp_path / "converted")
     cfg = json.loads((fixed / "config.json").read_text())
@@ -124,7 +124,7 @@ def test_without_a_target_it_is_skipped_with_the_reason():
 def test_a_hand_converted_draft_needs_the_trainer_named_to_judge_alignment(tmp_path, capsys):
     """A speculators draft a user converted by hand has a flat config: nothing says whose ids these are."""
     from contracts.cli import main
-    from contracts.convert import convert_to_sglang
+    from contracts.hand_conversion import convert_to_sglang
 
     converted = convert_to_sglang(DRAFTS["speculators-default"], tmp_path / "converted")
     assert main(["check", str(converted), "--target", str(TARGET), "--only", "hidden-width", "--format", "json"]) == 0

@@ -9,9 +9,9 @@ import json
 import pytest
 from conftest import OLD_ENGINE
 
-from contracts import nightly
+from contracts.tables import nightly
 from contracts.engines.inprocess import InProcess
-from contracts.engines.sglang.surface import drift, drift_markdown
+from contracts.engines.surface_drift import drift, drift_markdown
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +20,23 @@ def snapshot():
 
 
 def test_the_committed_snapshot_is_the_pinned_releases_surface(snapshot):
-    """Keeps fixtures/surface honest: refresh with `python -m contracts.nightly --write-snapshot` after review."""
+    """Keeps fixtures/surface honest: refresh with `python -m contracts.tables.nightly --write-snapshot` after review."""
     surface = json.loads(json.dumps(InProcess("sglang").surface()))
     assert drift(snapshot, surface) == []
     assert surface == snapshot
+
+
+def test_the_committed_vllm_snapshot_is_the_pinned_vllms_surface():
+    """vLLM's surface is tracked as SGLang's is: the pinned release's, observed by running it, is the snapshot the
+    nightly compares each new vLLM release with."""
+    from contracts.engine_spec import VLLM_PINNED
+    from contracts.engines import engine_for
+
+    snapshot = json.loads(nightly.snapshot_path(VLLM_PINNED, "vllm").read_text())
+    surface = json.loads(json.dumps(engine_for("vllm").surface()))
+    assert drift(snapshot, surface) == []
+    assert snapshot["renames"]["d2t"] == ["draft_id_to_target_id"]
+    assert "LlamaForCausalLM" in snapshot["aux_capture"]
 
 
 def test_the_surface_holds_what_the_contracts_depend_on(snapshot):
@@ -84,7 +97,7 @@ def test_nightly_judges_the_releases_it_is_given_and_writes_its_report(tmp_path,
 
 
 def test_the_releases_new_to_the_table_are_every_release_since_eagle3_it_lacks():
-    from contracts import compatibility
+    from contracts.tables import compatibility
 
     have = {f"sglang=={v}": {} for v in compatibility.releases("sglang") if v != "0.5.23"}
     new = nightly.new_releases({"releases": have}, "0.5.23")
@@ -95,7 +108,7 @@ def test_the_releases_new_to_the_table_are_every_release_since_eagle3_it_lacks()
 def test_the_nightly_runs_the_acceptance_study_on_each_vllm_release_it_judged(tmp_path):
     """Once per vLLM release, whatever paths were judged (SGLang's serving loop does not run on a CPU); here the
     speculators draft and its zeroed d2t, which the verdicts and the measurement agree on."""
-    from contracts.acceptance_study import BREAKS
+    from contracts.tables.acceptance_study import BREAKS
 
     found = nightly.acceptance_report(tmp_path, ["sglang==0.5.9", "vllm==0.32.0", "vllm==0.32.0:v1"],
                                       drafts=["converged-speculators"], breaks=BREAKS[:2])

@@ -127,7 +127,7 @@ def test_the_matrix_shows_the_other_runner_only_where_it_disagrees(tmp_path, cap
         src = str(FIXTURES / "drafts" / name)
         assert doc["paths"][VLLM]["path"] == "Model Runner V2 (the GPU default)"
         assert doc["alternatives"][src] == {V1: VLLM}
-        from contracts import matrix
+        from contracts.tables import matrix
 
         table = matrix.markdown(doc)
         if name == "modelopt-default-hd32":  # V1 reads its nested ids one layer early; V2 serves it as trained

@@ -37,7 +37,7 @@ from contracts.engines.recipes import (PACKAGE, TRITON_API_ERROR, Recipe, Releas
 BUILDER = "uv-closure-4"  # bump when the way environments are made changes (part of each environment's key)
 MAX_CLOSURE_ROUNDS = 10
 # Releases CI (`tox`) judges the bundled drafts under besides the pinned one: a sample of the eras (midlayer, the
-# legacy map, norm_before_fc, vLLM); the nightly sweeps every release (contracts.compatibility).
+# legacy map, norm_before_fc, vLLM); the nightly sweeps every release (contracts.tables.compatibility).
 CI_SAMPLE = {"sglang": ("0.5.3", "0.5.9", "0.5.12", "0.5.17"), "vllm": ("0.32.0",)}
 
 

@@ -133,7 +133,7 @@ def _pip_env() -> dict:
 
 def release_wheel(engine: str, version: str) -> Path:
     """The release's wheel (downloaded once, ``--no-deps``, into the environments' wheel cache): its files, for
-    ``contracts.compatibility``'s comparison of post releases' EAGLE-3 code."""
+    ``contracts.tables.compatibility``'s comparison of post releases' EAGLE-3 code."""
     target = wheels_dir()
     target.mkdir(parents=True, exist_ok=True)
     stem = PACKAGE[engine].replace("-", "_")

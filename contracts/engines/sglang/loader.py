@@ -134,7 +134,7 @@ def _traced_load(model, ckpt: Checkpoint, device: str):
 def observe_load(engine_dir, *, probe_fixes: bool = True, device: str | None = None) -> LoadObservation:
     """Everything the engine's own construction and ``load_weights`` did with the checkpoint in ENGINE_DIR.
 
-    ENGINE_DIR holds the config in the form SGLang reads (see ``contracts.convert``) and the tensors.
+    ENGINE_DIR holds the config in the form SGLang reads (see ``contracts.hand_conversion``) and the tensors.
     Raises ``EngineBuildError`` when SGLang refuses the config or cannot build the draft class.
     """
     ckpt, mc, model, traced, fates, load_error = load_traced(engine_dir, device=device)

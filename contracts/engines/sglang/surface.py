@@ -42,7 +42,7 @@ def _engine_dir(name: str, tmp: Path) -> Path:
     source = FIXTURES / "drafts" / name
     if Checkpoint.open(source).trainer_format != "speculators":
         return source
-    from contracts.convert import convert_to_sglang
+    from contracts.hand_conversion import convert_to_sglang
 
     return convert_to_sglang(source, tmp / name)
 
@@ -140,36 +140,3 @@ def observe_surface() -> SurfaceObservation:
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def drift(pinned: dict, newest: dict) -> list[dict]:
-    """Every difference between two surfaces: ``{"aspect", "item", "pinned", "newest"}`` (None = absent)."""
-    out = []
-
-    def compare(aspect: str, a: dict, b: dict, prefix: str = "") -> None:
-        for item in sorted(set(a) | set(b)):
-            if a.get(item) != b.get(item):
-                out.append({"aspect": aspect, "item": prefix + item, "pinned": a.get(item), "newest": b.get(item)})
-
-    for name in sorted(set(pinned["draft_params"]) | set(newest["draft_params"])):
-        compare("draft_params", pinned["draft_params"].get(name, {}), newest["draft_params"].get(name, {}), f"{name}: ")
-    compare("renames", pinned["renames"], newest["renames"])
-    for name in sorted(set(pinned["config_keys_read"]) | set(newest["config_keys_read"])):
-        a, b = set(pinned["config_keys_read"].get(name, [])), set(newest["config_keys_read"].get(name, []))
-        for key in sorted(a ^ b):
-            out.append({"aspect": "config_keys_read", "item": f"{name}: {key}",
-                        "pinned": "read" if key in a else None, "newest": "read" if key in b else None})
-    compare("aux_capture", pinned["aux_capture"], newest["aux_capture"])
-    return out
-
-
-def drift_markdown(pinned: dict, newest: dict, rows: list[dict]) -> str:
-    a, b = pinned["engine"]["version"], newest["engine"]["version"]
-    if not rows:
-        return f"No drift: SGLang {b}'s EAGLE-3 contract surface equals the committed snapshot of {a}.\n"
-    out = [f"SGLang {b} against the committed snapshot of {a}: {len(rows)} difference(s).\n",
-           f"| aspect | item | {a} | {b} |", "|---|---|---|---|"]
-    for r in rows:
-        cells = [r["aspect"], r["item"], json.dumps(r["pinned"]), json.dumps(r["newest"])]
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(out) + "\n"

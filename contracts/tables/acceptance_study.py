@@ -6,7 +6,7 @@ path and on the runner ``accept`` serves with) and the mean acceptance length ``
 speculative decoding loop. The agreement is stated as a figure: every variant with a root-cause failure and its
 measured drop from the pristine draft; every all-pass and its gap to the pristine draft.
 
-    python -m contracts.acceptance_study [--engine vllm==0.32.0] [--output docs/acceptance.md] [--json FILE]
+    python -m contracts.tables.acceptance_study [--engine vllm==0.32.0] [--output docs/acceptance.md] [--json FILE]
                                          (run by `tox -e acceptance`)
 """
 
@@ -306,7 +306,7 @@ def write_doc(doc: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m contracts.acceptance_study")
+    parser = argparse.ArgumentParser(prog="python -m contracts.tables.acceptance_study")
     parser.add_argument("--engine", default="vllm==0.32.0")
     parser.add_argument("--draft", action="append", help="only this converged draft (repeatable)")
     parser.add_argument("--output", type=Path, help="a markdown file whose study markers receive the table")

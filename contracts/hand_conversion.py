@@ -5,7 +5,7 @@ It flattens ``transformer_layer_config``, names SGLang's draft class, puts the a
 ``eagle_config`` verbatim, and carries over every key that changes the math (norm flags, rope, dtype) so
 the contracts can judge whether the engine honours them. It renames no tensor and changes no value: this is the
 form ``check`` judges a speculators checkpoint in on SGLang, so a report shows what a hand conversion gets wrong.
-The copy to deploy is ``contracts.conversion``'s, which also uses the header-only tensor renames below. SRC is
+The copy to deploy is ``contracts.convert_command``'s, which also uses the header-only tensor renames below. SRC is
 never written.
 """
 

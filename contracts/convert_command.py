@@ -24,7 +24,7 @@ from pathlib import Path
 
 from contracts.checkpoint import CONVERSION_RECORD_KEY, Checkpoint, InputError
 from contracts.engine_spec import EngineSpec
-from contracts.convert import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
+from contracts.hand_conversion import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 SGLANG_IDS_KEY = f"eagle_config.{IDS}"  # the only place SGLang reads explicit ids (top-level ones are ignored)
@@ -53,7 +53,7 @@ class Conversion:
 
 def base_config(ckpt: Checkpoint, to: str) -> dict:
     """The config the engine reads before any alignment: SGLang cannot dispatch speculators' nested format, so it
-    gets the flat form (``contracts.convert``); vLLM reads both formats as saved. A record of an earlier conversion
+    gets the flat form (``contracts.hand_conversion``); vLLM reads both formats as saved. A record of an earlier conversion
     is dropped (the new copy gets its own)."""
     if to == "sglang" and ckpt.trainer_format == "speculators":
         cfg = speculators_to_sglang_config(ckpt.config)

@@ -1,29 +1,30 @@
 """The nightly run (``tox -e nightly``): every engine release on the package index that the compatibility table
-does not hold yet is judged, the table is updated, and the newest SGLang release's contract surface is compared with
-the pinned one's. No human step: each new release's environment is derived from its own metadata
+does not hold yet is judged, the table is updated, and the newest release's contract surface of each engine is
+compared with the pinned one's. No human step: each new release's environment is derived from its own metadata
 (``contracts.engines.recipes``), so a release whose requirements moved past the pinned environment's is judged in
 its own.
 
 Writes, to ``--out``:
   matrix.md / matrix.json  the releases judged tonight (and the pinned one, for comparison): every bundled trainer
-                           draft × contract, in the table's form (``contracts.compatibility``);
+                           draft × contract, in the table's form (``contracts.tables.compatibility``);
   newly_failing.json       every (release, draft, contract) that fails where the release before it held;
-  drift.md / drift.json    the newest release's EAGLE-3 contract surface (draft parameters, renames, config keys
-                           read, targets with aux capture) against the committed snapshot of the pinned release,
-                           fixtures/surface/sglang-<pinned>.json.
+  drift.md / drift.json    each engine's newest release's EAGLE-3 contract surface (draft parameters, renames,
+                           config keys read, targets with aux capture) against the committed snapshot of its pinned
+                           release, fixtures/surface/<engine>-<pinned>.json (``contracts.engines.surface_drift``):
+                           SGLang's newest on the index; vLLM's newest judged tonight, when one was.
 and updates the table itself (``--data``, default fixtures/compatibility.json, rendered to docs/compatibility.md).
-Then the trainer-release axis (``contracts.trainer_compatibility``, unless ``--no-trainers``): every trainer release
+Then the trainer-release axis (``contracts.tables.trainer_compatibility``, unless ``--no-trainers``): every trainer release
 the table lacks builds a tiny draft in its own environment and is judged on the trainer grid's engine releases; a
 contract that fails where the trainer's previous release held is newly failing too (``newly_failing.json``).
-Then the acceptance study (``contracts.acceptance_study``, unless ``--no-acceptance``) on every vLLM release judged
+Then the acceptance study (``contracts.tables.acceptance_study``, unless ``--no-acceptance``) on every vLLM release judged
 tonight: the converged drafts and each contract's break, verdicts beside what that release's own serving loop
 measures, written to ``acceptance-<release>.md`` / ``.json``; a disagreement (a root-cause failure where acceptance
 held, or an all-pass where it collapsed) means the verdicts no longer predict that release.
 Exit 1 when a contract newly fails or the study disagrees. Drift alone is reported, not failed: a new release may
 move the surface without breaking a contract, and the table says whether it did.
 
-    python -m contracts.nightly [--out DIR] [--engines sglang==A,vllm==B,...] [-n N] [--only IDS]
-    python -m contracts.nightly --write-snapshot     (refresh the pinned release's snapshot, after review)
+    python -m contracts.tables.nightly [--out DIR] [--engines sglang==A,vllm==B,...] [-n N] [--only IDS]
+    python -m contracts.tables.nightly --write-snapshot     (refresh the pinned release's snapshot, after review)
 """
 
 from __future__ import annotations
@@ -33,15 +34,15 @@ import json
 import sys
 from pathlib import Path
 
-from contracts import compatibility, trainer_compatibility
+from contracts.tables import compatibility, trainer_compatibility
 from contracts.bundled import FIXTURES, documented_engines, expected_failures
-from contracts.engine_spec import EngineSpec
+from contracts.engine_spec import ENGINE_NAMES, VLLM_PINNED, EngineSpec
 
 SURFACES = FIXTURES / "surface"
 
 
-def snapshot_path(version: str) -> Path:
-    return SURFACES / f"sglang-{version}.json"
+def snapshot_path(version: str, engine: str = "sglang") -> Path:
+    return SURFACES / f"{engine}-{version}.json"
 
 
 def pinned_spec() -> str:
@@ -103,9 +104,9 @@ def newly_failing(doc: dict, specs: list[str]) -> list[dict]:
 
 def main(argv=None) -> int:
     from contracts.engines import close_all, engine_for
-    from contracts.engines.sglang.surface import drift, drift_markdown
+    from contracts.engines.surface_drift import drift, drift_markdown
 
-    p = argparse.ArgumentParser(prog="python -m contracts.nightly", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m contracts.tables.nightly", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="nightly", help="directory for matrix.*, newly_failing.json and drift.* "
                                                      "(default ./nightly)")
     p.add_argument("--engines", help="comma-separated releases to judge (default: every release the table lacks)")
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-acceptance", action="store_true",
                    help="skip the acceptance study on the vLLM releases judged tonight")
     p.add_argument("--write-snapshot", action="store_true",
-                   help="write the newest release's surface to fixtures/surface/ and stop")
+                   help="write the newest SGLang release's and the pinned vLLM's surfaces to fixtures/surface/ and stop")
     args = p.parse_args(argv)
     newest = newest_sglang()
     if newest is None:
@@ -125,9 +126,10 @@ def main(argv=None) -> int:
     try:
         if args.write_snapshot:
             SURFACES.mkdir(parents=True, exist_ok=True)
-            surface = engine_for(f"sglang=={newest}").surface()
-            snapshot_path(newest).write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
-            print(f"wrote {snapshot_path(newest)}", file=sys.stderr)
+            for engine, release in (("sglang", newest), ("vllm", VLLM_PINNED)):
+                surface = engine_for(f"{engine}=={release}").surface()
+                snapshot_path(release, engine).write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
+                print(f"wrote {snapshot_path(release, engine)}", file=sys.stderr)
             return 0
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -157,13 +159,27 @@ def main(argv=None) -> int:
         (out / "newly_failing.json").write_text(json.dumps(failing, indent=1) + "\n")
 
         pinned_version = EngineSpec.parse(pinned_spec()).version
-        snapshot = json.loads(snapshot_path(pinned_version).read_text())
-        surface = engine_for(f"sglang=={newest}").surface()  # in its own environment unless it is the pinned one
-        rows = drift(snapshot, surface)
-        (out / "drift.json").write_text(json.dumps({"pinned": snapshot["engine"], "newest": surface["engine"],
-                                                    "drift": rows}, indent=2) + "\n")
-        (out / "drift.md").write_text(f"# Contract-surface drift: SGLang {newest} vs {pinned_version}\n\n"
-                                      + drift_markdown(snapshot, surface, rows))
+        # each engine's newest release against its pinned one's snapshot: SGLang's newest on the index; vLLM's
+        # newest judged tonight (its environment is made already; none judged, no vLLM drift to report tonight)
+        vllm_tonight = sorted({EngineSpec.parse(s).version for s in judged if EngineSpec.parse(s).name == "vllm"},
+                              key=compatibility.release_order)
+        compared = [("sglang", pinned_version, newest)] + \
+            ([("vllm", VLLM_PINNED, vllm_tonight[-1])] if vllm_tonight else [])
+        reports, rows, sections = {}, [], []
+        for engine, pinned_release, newest_release in compared:
+            snapshot = json.loads(snapshot_path(pinned_release, engine).read_text())
+            surface = engine_for(f"{engine}=={newest_release}").surface()  # its own environment unless pinned here
+            found = drift(snapshot, surface)
+            rows += [{"engine": engine, **r} for r in found]
+            reports[engine] = {"pinned": snapshot["engine"], "newest": surface["engine"], "drift": found}
+            sections.append(f"## {ENGINE_NAMES[engine]} {newest_release} vs {pinned_release}\n\n"
+                            + drift_markdown(snapshot, surface, found))
+        if not vllm_tonight:
+            sections.append("## vLLM\n\nNo vLLM release was judged tonight: no drift to report.\n")
+        (out / "drift.json").write_text(json.dumps({"pinned": reports["sglang"]["pinned"],
+                                                    "newest": reports["sglang"]["newest"], "drift": rows,
+                                                    "engines": reports}, indent=2) + "\n")
+        (out / "drift.md").write_text("# Contract-surface drift\n\n" + "\n".join(sections))
         disagreements = [] if args.no_acceptance else acceptance_report(out, judged)
     finally:
         close_all()
@@ -183,7 +199,7 @@ def acceptance_report(out: Path, specs: list[str], **selection) -> list[str]:
     """The acceptance study on each vLLM release among SPECS (once per release, whatever paths were judged), written
     to OUT/acceptance-<release>.md and .json; returns each disagreement as "release: draft / break: what"
     (``selection``: the study's ``drafts`` / ``breaks``, to run part of it)."""
-    from contracts import acceptance_study
+    from contracts.tables import acceptance_study
     from contracts.engines import canonical, parse_spec
 
     releases = dict.fromkeys(f"vllm=={parse_spec(canonical(s))[1]}" for s in specs if parse_spec(s)[0] == "vllm")

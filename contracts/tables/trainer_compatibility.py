@@ -139,7 +139,7 @@ def _order(key: str) -> tuple:
 
 def render(doc: dict) -> list[str]:
     """The trainer release × engine release section of docs/compatibility.md."""
-    from contracts.table_cells import release_label, verdict_cell
+    from contracts.tables.cells import release_label, verdict_cell
 
     table = doc.get("trainers") or {}
     if not table:

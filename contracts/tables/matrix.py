@@ -70,7 +70,7 @@ def converted_report(subject, engine: str, only: list[str] | None = None) -> lis
     import tempfile
     from pathlib import Path
 
-    from contracts.conversion import convert
+    from contracts.convert_command import convert
     from contracts.engines import parse_spec
 
     if subject.target_path is None or subject.trainer_name is None:
