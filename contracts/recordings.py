@@ -21,10 +21,16 @@ def recordings_dir(release: str) -> Path:
     return OBSERVED / release.replace("==", "-").replace(":", "-")
 
 
+def placeholders(subject) -> dict[str, Path]:
+    """The directories a subject's answers may name, by the placeholder a recording keeps instead."""
+    served = subject.engine_dir if subject.engine_dir != subject.checkpoint_path else None
+    return {"{repo}": FIXTURES.parent, "{served}": served}
+
+
 def record_subject(subject) -> dict:
     """Run every contract on SUBJECT through a ``Recording`` of its engine: {"subject", "engine", "answers",
     "verdicts"} (the verdicts the live run gave, which a replay must give again)."""
-    recording = Recording(subject.adapter)
+    recording = Recording(subject.adapter, placeholders(subject))
     subject.__dict__["adapter"] = recording
     results = subject.run()
     return {"subject": subject.name, "engine": recording.spec, "answers": recording.answers,
@@ -34,7 +40,7 @@ def record_subject(subject) -> dict:
 def replay_subject(subject, recorded: dict):
     """SUBJECT answered by RECORDED's engine answers instead of an engine (the same subject the recording was made
     of: its checkpoint, target and reference are read as usual)."""
-    subject.__dict__["adapter"] = Replayed(recorded["engine"], recorded["answers"])
+    subject.__dict__["adapter"] = Replayed(recorded["engine"], recorded["answers"], placeholders(subject))
     return subject
 
 
@@ -52,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contracts.recordings")
     parser.add_argument("--engine", default="sglang")
     args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)  # as tox runs the suite (OMP_NUM_THREADS=1): the same accumulation order
     subjects = bundled_subjects(args.engine)
     out = None
     for subject in subjects:

@@ -7,6 +7,10 @@ so a check cannot tell a replayed answer from a live one. A recording is only as
 it: ``python -m contracts.recordings`` writes one per bundled example, and the engine tier
 (``tests/test_recordings.py``) fails when a fresh run of the engine answers differently.
 
+Paths the engine names in its answers (a refusal names the directory it read) are kept as placeholders (``{repo}``
+for the checkout the recording was made in, ``{served}`` for a converted copy), put back on replay, so a recording
+made in one checkout replays in another.
+
 A recording stands for one subject (one draft, one target, one engine path), which it names. Each answer is keyed by
 the operation and the config the engine read (``load@<sha256 of config.json, 12 hex>``): a subject asks some
 operations of two directories (a speculators draft as saved, and the form SGLang reads), never of two targets.
@@ -30,12 +34,28 @@ def answer_key(op: str, engine_dir) -> str:
     return f"{op}@{digest}"
 
 
-class Recording:
-    """An engine whose every answer is kept (``answers``): op -> {"result": dict} or {"raises": kind, "message"}."""
+def _swap(value, pairs: list[tuple[str, str]]):
+    """VALUE (JSON data) with each ``old`` string replaced by ``new`` inside every string, in order."""
+    text = json.dumps(value)
+    for old, new in pairs:
+        text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
+    return json.loads(text)
 
-    def __init__(self, engine):
+
+def _placeholders(paths: dict[str, Path]) -> list[tuple[str, str]]:
+    """(path, placeholder) pairs, the longest path first (a copy inside the checkout is named before the checkout)."""
+    return sorted(((str(Path(p).resolve()), name) for name, p in paths.items() if p is not None),
+                  key=lambda pair: -len(pair[0]))
+
+
+class Recording:
+    """An engine whose every answer is kept (``answers``): op -> {"result": dict} or {"raises": kind, "message"}.
+    ``paths``: placeholder -> the directory it stands for in the answers (``{repo}``, ``{served}``)."""
+
+    def __init__(self, engine, paths: dict[str, Path] | None = None):
         self.engine = engine
         self.spec = engine.spec
+        self.pairs = _placeholders(paths or {})
         self.answers: dict[str, dict] = {"info": {"result": engine.info()}}
 
     def info(self) -> dict:
@@ -47,9 +67,9 @@ class Recording:
             result = getattr(self.engine, op)(engine_dir, *args)
         except tuple(RAISES.values()) as e:
             kind = next(name for name, cls in RAISES.items() if type(e) is cls)
-            self.answers[key] = {"raises": kind, "message": str(e)}
+            self.answers[key] = _swap({"raises": kind, "message": str(e)}, self.pairs)
             raise
-        self.answers[key] = {"result": json.loads(json.dumps(result.to_dict()))}
+        self.answers[key] = _swap({"result": result.to_dict()}, self.pairs)
         return result
 
     def path(self, engine_dir, target_dir, runner=None):
@@ -79,11 +99,13 @@ class NotRecorded(RuntimeError):
 
 
 class Replayed:
-    """An engine that answers from a recording (``answers`` as ``Recording`` keeps them)."""
+    """An engine that answers from a recording (``answers`` as ``Recording`` keeps them); ``paths`` puts this
+    checkout's directories back where the recording holds placeholders."""
 
-    def __init__(self, spec: str, answers: dict[str, dict]):
+    def __init__(self, spec: str, answers: dict[str, dict], paths: dict[str, Path] | None = None):
         self.spec = spec
         self.answers = answers
+        self.pairs = [(name, path) for path, name in _placeholders(paths or {})]
 
     def info(self) -> dict:
         return dict(self.answers["info"]["result"])
@@ -95,9 +117,10 @@ class Replayed:
         if key not in self.answers:
             raise NotRecorded(f"the recording of {self.spec} has no answer to {op!r} about this config ({key})")
         answer = self.answers[key]
+        answer = _swap(answer, self.pairs)  # a fresh copy: a check may not alter the recording
         if "raises" in answer:
             raise RAISES[answer["raises"]](answer["message"])
-        return DECODE[op](json.loads(json.dumps(answer["result"])))  # a fresh copy: a check may not alter it
+        return DECODE[op](answer["result"])
 
     def path(self, engine_dir, target_dir, runner=None):
         return self._answer("path", engine_dir)
