@@ -128,6 +128,7 @@ class ByObjectTracer(WeightLoaderTracer):
 
     def __init__(self, model, default_loader):
         self.by_id: dict[int, TensorFate] = {}
+        self.held: list = []  # every tensor fed, alive until the load ends: an id is never reused meanwhile
         super().__init__(model, default_loader)
 
     def fate_of(self, loaded_weight) -> TensorFate | None:
@@ -138,9 +139,8 @@ class ByObjectTracer(WeightLoaderTracer):
         return fate
 
     def feed(self, items, fates):
-        held = []
         for key, tensor in items:
-            held.append(tensor)
+            self.held.append(tensor)
             self.by_id[id(tensor)] = fates[key]
             yield key, tensor
 
@@ -149,6 +149,7 @@ class ByObjectTracer(WeightLoaderTracer):
             return super().load(items, fates)
         finally:
             self.by_id.clear()
+            self.held.clear()
 
 
 def fates_of(ckpt: Checkpoint) -> dict[str, TensorFate]:

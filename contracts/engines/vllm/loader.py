@@ -24,7 +24,8 @@ from contracts.engines.errors import EngineBuildError
 from contracts.engines.layer_reads import mark_reads
 from contracts.engines import load_tracer
 from contracts.engines.load_tracer import ByObjectTracer, config_summary, fates_of
-from contracts.engines.tracing import READ_WHOLE_ELEMENTS, choose_device, fill_sentinel, iter_for_device, unwritten_fraction
+from contracts.engines.tracing import (READ_WHOLE_ELEMENTS, choose_device, fill_sentinel, iter_for_device,
+                                       unwritten_fraction)
 from contracts.engines.vllm.context import building, current, draft_configs, engine_version, on_device
 from contracts.observations import LoadObservation, ParamState, TensorFate
 from contracts.renames import dropped_keys
