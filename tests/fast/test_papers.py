@@ -1,5 +1,6 @@
-"""Papers that are true: README's table of the bundled drafts says, cell by cell, what ``fixtures/expected.json``
-documents (which the suite's own runs hold the engines to), so the two cannot drift apart."""
+"""Papers that are true: README's table of the bundled drafts and every `matrix` table in the docs say, cell by cell,
+what ``fixtures/expected.json`` documents (which the suite's own runs hold the engines to), and the pinned SGLang's rows
+what its recorded run gave, so none can drift apart."""
 
 from __future__ import annotations
 
@@ -85,19 +86,12 @@ def matrix_rows() -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def test_the_matrix_of_the_bundled_drafts_fails_what_expected_json_documents():
-    header, rows = matrix_rows()
-    contracts = header[4:-1]
-    wrong, seen = [], set()
-    for row in rows:
-        release = next(r for (engine, path), r in RELEASES.items() if row[1] == engine and row[2].startswith(path))
-        seen.add((row[0], release))
-        failing = {c for c, cell in zip(contracts, row[4:-1]) if cell.startswith("FAIL")}
-        if failing != documented("engines", release, row[0]):
-            wrong.append(f"{row[0]} on {release}: the matrix fails {sorted(failing)}, expected.json documents "
-                         f"{sorted(documented('engines', release, row[0]))}")
-    assert wrong == []
-    assert len(seen) == len(rows) == 3 * len(readme_drafts())
+def test_the_bundled_drafts_table_has_every_draft_on_every_path():
+    """The docs' table of the bundled drafts holds each one on the pinned SGLang and on both vLLM runners (its cells
+    are checked, with every other matrix table's, by the test below)."""
+    _, rows = matrix_rows()
+    shown = sorted((row[0], release_key(row[1], row[2])) for row in rows)
+    assert shown == sorted((d, r) for d in readme_drafts() for r in RELEASES.values())
 
 
 def test_the_matrix_rows_of_the_pinned_sglang_are_the_recorded_verdicts():
@@ -115,3 +109,46 @@ def test_the_matrix_rows_of_the_pinned_sglang_are_the_recorded_verdicts():
 
 def readme_drafts() -> list[str]:
     return [d for row in readme_rows() for d in drafts_in(row[0])]
+
+
+def every_matrix_table() -> list[tuple[list[str], list[list[str]]]]:
+    """Every `matrix`-shaped table in docs/releases-and-matrix.md: (header, rows)."""
+    lines = (REPO / "docs" / "releases-and-matrix.md").read_text().splitlines()
+    tables = []
+    for i, line in enumerate(lines):
+        if line.startswith("| subject | engine | path |"):
+            header = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append([c.strip() for c in row.strip().strip("|").split("|")])
+            tables.append((header, rows))
+    return tables
+
+
+def release_key(engine: str, path: str) -> str:
+    """``sglang 0.5.9`` + its worker -> ``sglang==0.5.9``; ``vllm 0.32.0`` + ``Model Runner V1 (asked for...`` ->
+    ``vllm==0.32.0:v1`` (a vLLM release's documented key is its default path, V2)."""
+    key = engine.replace(" ", "==")
+    return key + ":v1" if path.startswith("Model Runner V1") else key
+
+
+def test_every_matrix_table_in_the_docs_fails_what_expected_json_documents():
+    wrong, checked = [], 0
+    for header, rows in every_matrix_table():
+        first = header.index("key-naming")
+        contracts = header[first:-1]
+        for row in rows:
+            release = release_key(row[1], row[2])
+            draft, after = row[0].removesuffix(" after convert"), row[0].endswith(" after convert")
+            where = "after_convert" if after else "engines"
+            if release not in EXPECTED[where]:
+                continue
+            failing = {c for c, cell in zip(contracts, row[first:-1]) if cell.startswith("FAIL")}
+            checked += 1
+            if failing != documented(where, release, draft):
+                wrong.append(f"{row[0]} on {release}: the docs fail {sorted(failing)}, expected.json documents "
+                             f"{sorted(documented(where, release, draft))}")
+    assert wrong == []
+    assert checked >= 40
