@@ -95,3 +95,13 @@ def test_a_consequence_is_marked_as_one():
     assert results["key-naming"]["root_cause"] is True
     assert results["forward-parity"]["status"] == "fail"
     assert results["forward-parity"]["follows_from"] == ["key-naming"]
+
+
+def test_the_kimi_targets_embedding_and_head_are_tied_to_their_own_keys(run_contract):
+    """SGLang's DeepSeek loader runs each weight loader on a pool thread: the embed-head evidence still names the
+    target tensor that wrote the served embedding, so its values are compared with the draft's."""
+    result = run_contract(DRAFTS["speculators-kimi-k25"], "embed-head", KIMI_TARGET)
+    emb = result.evidence["embedding"]
+    assert emb["same_object_as"] == "target:language_model.model.embed_tokens.weight"
+    assert emb["served_equals_target"] is True
+    assert emb["checkpoint_vs_target"]["rows_differing"] == 0

@@ -12,6 +12,8 @@ the tensor's is a silent pad or truncation by the engine).
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 
 from contracts.checkpoint import Checkpoint, InputError
 from contracts.engines.tracing import CopyCounter, iter_for_device
@@ -90,21 +92,59 @@ class WeightLoaderTracer:
         return None
 
 
-class InOrderTracer(WeightLoaderTracer):
-    """A loader call serves the tensor last fed (an engine that loads each tensor as it is yielded: SGLang); a tensor
-    after which the model's ``side_channel`` attribute changed went there (SGLang's ``d2t`` -> ``hot_token_id``)."""
+class ByObjectTracer(WeightLoaderTracer):
+    """A loader call serves the tensor object it was given, or the tensor it is a view of (an engine that collects
+    every tensor before loading: vLLM). A fed tensor's id leaves the map when the tensor dies, so an id reused by a
+    tensor the engine made later is never taken for it, and nothing is kept alive longer than the engine keeps it."""
+
+    def __init__(self, model, default_loader):
+        self.by_id: dict[int, TensorFate] = {}
+        super().__init__(model, default_loader)
+
+    def fate_of(self, loaded_weight) -> TensorFate | None:
+        fate = self.by_id.get(id(loaded_weight))
+        base = getattr(loaded_weight, "_base", None)
+        if fate is None and base is not None:  # a view the engine took of a tensor it was given
+            fate = self.by_id.get(id(base))
+        return fate
+
+    def feed(self, items, fates):
+        for key, tensor in items:
+            self.by_id[id(tensor)] = fates[key]
+            weakref.finalize(tensor, self.by_id.pop, id(tensor), None)
+            yield key, tensor
+
+    def load(self, items, fates):
+        try:
+            return super().load(items, fates)
+        finally:
+            self.by_id.clear()
+
+
+class InOrderTracer(ByObjectTracer):
+    """A loader call serves the tensor object it was given (or the one it is a view of), else, on the thread that
+    feeds, the tensor last fed (an engine that loads each tensor as it is yielded and may hand its loader a tensor
+    it derived: SGLang). Order alone is not enough: SGLang's DeepSeek/Kimi loaders submit the weight loaders to a
+    thread pool, so a call may run after the next tensor was fed, or after the last (the Kimi-K2.5 target's
+    embedding was attributed to no key, or to the head's key, from one run to the next). A tensor after which the
+    model's ``side_channel`` attribute changed went there (SGLang's ``d2t`` -> ``hot_token_id``)."""
 
     side_channel = "hot_token_id"
 
     def __init__(self, model, default_loader):
         self.current: TensorFate | None = None
+        self.feeding_thread: int | None = None
         super().__init__(model, default_loader)
 
     def fate_of(self, loaded_weight) -> TensorFate | None:
-        return self.current
+        fate = super().fate_of(loaded_weight)
+        if fate is None and threading.get_ident() == self.feeding_thread:
+            fate = self.current
+        return fate
 
     def feed(self, items, fates):
-        for key, tensor in items:
+        self.feeding_thread = threading.get_ident()
+        for key, tensor in super().feed(items, fates):
             self.current = fates[key]
             before = getattr(self.model, self.side_channel, None)
             yield key, tensor
@@ -120,36 +160,6 @@ class InOrderTracer(WeightLoaderTracer):
 
     def describe_error(self, message, fates):
         return message + (f" (while loading {self.current.key})" if self.current is not None else "")
-
-
-class ByObjectTracer(WeightLoaderTracer):
-    """A loader call serves the tensor object it was given, or the tensor it is a view of (an engine that collects
-    every tensor before loading: vLLM); the tensors stay alive for the whole load, so their ids identify them."""
-
-    def __init__(self, model, default_loader):
-        self.by_id: dict[int, TensorFate] = {}
-        self.held: list = []  # every tensor fed, alive until the load ends: an id is never reused meanwhile
-        super().__init__(model, default_loader)
-
-    def fate_of(self, loaded_weight) -> TensorFate | None:
-        fate = self.by_id.get(id(loaded_weight))
-        base = getattr(loaded_weight, "_base", None)
-        if fate is None and base is not None:  # a view the engine took of a tensor it was given
-            fate = self.by_id.get(id(base))
-        return fate
-
-    def feed(self, items, fates):
-        for key, tensor in items:
-            self.held.append(tensor)
-            self.by_id[id(tensor)] = fates[key]
-            yield key, tensor
-
-    def load(self, items, fates):
-        try:
-            return super().load(items, fates)
-        finally:
-            self.by_id.clear()
-            self.held.clear()
 
 
 def fates_of(ckpt: Checkpoint) -> dict[str, TensorFate]:
