@@ -7,15 +7,33 @@ layers the engine captures.
   ``hidden_states[k]``; default ``[2, N//2, N-3]`` (``resolve_target_layer_ids``).
 - specforge 0.2.0: ids go to SGLang's ``set_eagle3_layers_to_capture``, which captures the input of
   layer k+1, i.e. ``hidden_states[k+1]``; default ``[1, N//2-1, N-4]`` (``resolve_eagle_capture_layers``).
+- modelopt 0.47.0: id k is the output of layer k (forward hooks on ``layers[k]``), i.e. ``hidden_states[k+1]``;
+  default ``sorted({1, N//2-1, N-4})``.
+- automodel 0.7.0 (NeMo Automodel): id k is the output of layer k (forward hooks on ``layers[k]``,
+  ``HFEagle3TargetModel``), i.e. ``hidden_states[k+1]``; default ``[1, N//2-1, N-4]``
+  (``default_eagle3_aux_layer_ids``); its draft config records no ids, so only its default reaches an engine.
+
+And in which order each lays out its reduced vocabulary (draft id i is target id ``i + d2t[i]``): ``d2t_order``.
+A ``t2d`` mask names the selected set, never an order, so a draft's order is judged only against its trainer's.
 """
 
 from __future__ import annotations
 
+ASCENDING = "ascending"
 TRAINERS = {
-    "speculators": {"offset": 0, "default": lambda n: [2, n // 2, n - 3]},
-    "specforge": {"offset": 1, "default": lambda n: [1, n // 2 - 1, n - 4]},
-    "modelopt": {"offset": 1, "default": lambda n: sorted({1, max(0, n // 2 - 1), max(0, n - 4)})},
+    "speculators": {"offset": 0, "default": lambda n: [2, n // 2, n - 3], "d2t_order": ASCENDING},
+    "specforge": {"offset": 1, "default": lambda n: [1, n // 2 - 1, n - 4], "d2t_order": ASCENDING},
+    "modelopt": {"offset": 1, "default": lambda n: sorted({1, max(0, n // 2 - 1), max(0, n - 4)}),
+                 "d2t_order": "by frequency (calibrate_frequent_vocab: draft id i is the i-th most frequent target id)"},
+    "automodel": {"offset": 1, "default": lambda n: [1, n // 2 - 1, n - 4],
+                  "d2t_order": "the tokenizer's special tokens first, then by descending supervised-token frequency "
+                               "(build_eagle3_token_mapping)"},
 }
+
+
+def d2t_order(trainer: str | None) -> str | None:
+    """How TRAINER orders its draft vocabulary (``ASCENDING`` or a description), None when the trainer is unknown."""
+    return TRAINERS[trainer]["d2t_order"] if trainer in TRAINERS else None
 
 
 def trainer_layer_ids(trainer: str, config: dict, num_target_layers: int) -> tuple[list[int], str]:

@@ -23,11 +23,14 @@ CORRUPTIONS = ["none", "absolute", "shift", "duplicate", "swap", "out_of_range",
                "extend", "missing"]
 T2D_KINDS = ["consistent", "absent", "other_ids", "extra_id", "dropped_id", "wrong_length"]
 DTYPES = [torch.int64, torch.int32, torch.int16, torch.uint8, torch.float32, torch.bool]
+TRAINER_NAMES = [None, "specforge", "speculators", "automodel", "modelopt"]  # None: no --trainer
+SORTING_TRAINERS = {"specforge", "speculators"}  # they lay out the selected ids ascending (from their sources)
 
 
 def oracle(vocab: int, draft: int, d2t: torch.Tensor | None, t2d: torch.Tensor | None,
-           intended: list[int] | None) -> bool:
-    """True iff the engine will map every draft id to the intended target id, by the contract's rules."""
+           intended: list[int] | None, sorts: bool = False) -> bool:
+    """True iff the engine will map every draft id to the intended target id, by the contract's rules. SORTS: the
+    draft's trainer is known to lay its draft vocabulary out ascending (speculators, SpecForge)."""
     if d2t is None:
         mapping = list(range(draft))
         if draft < vocab:
@@ -43,15 +46,15 @@ def oracle(vocab: int, draft: int, d2t: torch.Tensor | None, t2d: torch.Tensor |
         return False
     if len(set(mapping)) != len(mapping):  # one-to-one
         return False
-    # ascending only where t2d implies the order (a mask describes an ascending selection); without it the order is
-    # the trainer's (Model Optimizer: by frequency), and only the intended map, when known, decides
-    if t2d is not None and any(b <= a for a, b in zip(mapping, mapping[1:])):
+    # the order is the trainer's: ascending only for a trainer known to sort (a t2d mask names the selected set, not
+    # an order; Model Optimizer and NeMo Automodel order by frequency), else only the intended map, when known, decides
+    if sorts and t2d is not None and any(b <= a for a, b in zip(mapping, mapping[1:])):
         return False
     if t2d is not None:
         flags = [bool(x) for x in t2d.tolist()]
         if len(flags) != vocab or sum(flags) != draft or not all(flags[m] for m in mapping):
             return False
-        if intended is None:
+        if intended is None and sorts:
             intended = [i for i, f in enumerate(flags) if f]
     return intended is None or mapping == intended
 
@@ -100,13 +103,14 @@ def mappings(draw):
         t2d = torch.zeros(length, dtype=torch.bool)
         t2d[sorted(c for c in chosen if c < length)] = True
     known = draw(st.booleans())
-    return vocab, draft, d2t, t2d, intended if known else None, corruption, kind
+    trainer = draw(st.sampled_from(TRAINER_NAMES))
+    return vocab, draft, d2t, t2d, intended if known else None, corruption, kind, trainer
 
 
 def isolated(ids: list[int], vocab: int = 32, dtype=torch.int64):
     """A case where only the d2t rules can decide: no t2d and no recorded selection."""
     d2t = torch.tensor([t - i for i, t in enumerate(ids)], dtype=torch.int64).to(dtype)
-    return vocab, len(ids), d2t, None, None, "explicit", "absent"
+    return vocab, len(ids), d2t, None, None, "explicit", "absent", None
 
 
 # Four times the profile's budget: the combinations that separate one rule from the others (a swap with
@@ -119,19 +123,19 @@ def isolated(ids: list[int], vocab: int = 32, dtype=torch.int64):
 @example(isolated([0, 1, 2, 40]))  # out of range
 @example(isolated([0, 1, 2, 3], dtype=torch.float32))  # not integer
 @example(isolated([0, 1, 2, 3], dtype=torch.bool))  # bool is no id type
-@example((32, 5, torch.zeros(4, dtype=torch.int64), None, None, "explicit", "absent"))  # wrong length
-@example((32, 4, None, None, None, "explicit", "absent"))  # missing with a reduced vocab
+@example((32, 5, torch.zeros(4, dtype=torch.int64), None, None, "explicit", "absent", None))  # wrong length
+@example((32, 4, None, None, None, "explicit", "absent", None))  # missing with a reduced vocab
 def test_verdict_agrees_with_the_oracle(case):
-    vocab, draft, d2t, t2d, intended, corruption, kind = case
+    vocab, draft, d2t, t2d, intended, corruption, kind, trainer = case
     note(f"vocab={vocab} draft={draft} corruption={corruption} t2d={kind} d2t_dtype="
-         f"{None if d2t is None else d2t.dtype} intended_known={intended is not None}")
+         f"{None if d2t is None else d2t.dtype} intended_known={intended is not None} trainer={trainer}")
     # uint8 wrap-around, negative values and NaN reach the engine exactly as saved: part of the property
     with tempfile.TemporaryDirectory() as tmp:
         path = write_draft(Path(tmp) / "draft", vocab=vocab, draft=draft, d2t=d2t, t2d=t2d)
-        subject = Subject("property", path, None, intended_ids=intended)
+        subject = Subject("property", path, None, intended_ids=intended, trainer=trainer)
         (result,) = subject.run(["d2t-semantics"])
         subject.close()
-    expected = oracle(vocab, draft, d2t, t2d, intended)
+    expected = oracle(vocab, draft, d2t, t2d, intended, sorts=trainer in SORTING_TRAINERS)
     note(f"verdict={result.status} summary={result.summary}")
     assert result.status == ("pass" if expected else "fail")
     if not expected:

@@ -12,12 +12,13 @@ from contracts.bundled import manifest
 from tests.conftest import DRAFTS, FIXTURES, TARGET, judge_contract
 
 SELECTED = manifest()["specforge"]["selected_target_ids"]
+VOCAB = 512
 DRAFT_VOCAB, VOCAB = 64, 512
 FREQ = {int(k): v for k, v in json.loads((FIXTURES / "vocab" / "token_freq.json").read_text()).items()}
 
 
-def judge(path, intended=SELECTED, target=TARGET):
-    return judge_contract("d2t-semantics", path, target, intended_ids=intended)
+def judge(path, intended=SELECTED, target=TARGET, **fields):
+    return judge_contract("d2t-semantics", path, target, intended_ids=intended, **fields)
 
 
 def offsets(ids):
@@ -40,10 +41,16 @@ def test_zero_leading_offsets_trap_is_not_flagged(name):
     assert "first 20 offsets are 0 because target ids 0..19 are selected" in result.summary
 
 
-def test_without_recorded_selection_t2d_supplies_the_intent():
-    result = judge(DRAFTS["specforge"], intended=None)
+def test_without_recorded_selection_t2d_supplies_the_intent_of_a_trainer_that_sorts():
+    result = judge(DRAFTS["specforge"], intended=None, trainer="specforge")
     assert result.status == "pass"
-    assert result.evidence["intended_from"].startswith("t2d")
+    assert result.evidence["intended_from"] == "t2d, in specforge's ascending order"
+
+
+def test_without_a_trainer_t2d_supplies_the_set_not_an_order():
+    result = judge(DRAFTS["specforge"], intended=None)  # midlayer.* makes SpecForge a guess, not a fact
+    assert result.status == "pass" and result.evidence["intended_from"] is None
+    assert "strictly increasing" in result.summary
 
 
 def test_d2t_as_absolute_ids(broken):
@@ -156,11 +163,30 @@ def test_a_frequency_ordered_d2t_without_t2d_is_served_as_trained(broken):
     path = broken("specforge", replace={"d2t": offsets(by_frequency)}, remove=["t2d"])
     result = judge(path, intended=by_frequency)
     assert result.status == "pass", result
-    assert "in the trainer's order (no t2d)" in result.summary and result.evidence["not_increasing_at"]
+    assert "in the trainer's order" in result.summary and result.evidence["not_increasing_at"]
 
 
-def test_a_non_ascending_d2t_contradicts_its_t2d(broken):
+def test_a_non_ascending_d2t_contradicts_a_trainer_that_sorts(broken):
     by_frequency = sorted(SELECTED, key=lambda i: (-FREQ[i], i))
-    result = judge(broken("specforge", replace={"d2t": offsets(by_frequency)}), intended=None)
+    result = judge(broken("specforge", replace={"d2t": offsets(by_frequency)}), intended=None, trainer="specforge")
     assert result.status == "fail"
-    assert "t2d can only describe an ascending selection" in result.summary
+    assert "while specforge lays out its draft vocabulary ascending" in result.summary
+
+
+def test_a_frequency_ordered_d2t_beside_its_t2d_is_served_as_trained(broken):
+    """NeMo Automodel saves d2t in frequency order and t2d (a mask: the set, no order) beside it: the engines serve
+    it as trained; without the trainer the order is not judged, with a trainer that orders by frequency it passes."""
+    by_frequency = sorted(SELECTED, key=lambda i: (-FREQ[i], i))
+    path = broken("specforge", replace={"d2t": offsets(by_frequency)})
+    unknown = judge(path, intended=None)
+    assert unknown.status == "pass", unknown
+    assert "not judged" in unknown.summary and "a guess" in unknown.evidence["order"]
+    automodel = judge(path, intended=None, trainer="automodel")
+    assert automodel.status == "pass" and "in the trainer's order" in automodel.summary
+    assert automodel.evidence["order"].startswith("not ascending: automodel's order")
+
+
+def test_a_permuted_d2t_off_the_t2d_set_still_fails_without_a_trainer(broken):
+    wrong = sorted(SELECTED, key=lambda i: (-FREQ[i], i))[:-1] + [max(set(range(VOCAB)) - set(SELECTED))]
+    result = judge(broken("specforge", replace={"d2t": offsets(wrong)}), intended=None)
+    assert result.status == "fail" and "d2t and t2d disagree" in result.summary

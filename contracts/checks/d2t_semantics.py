@@ -1,19 +1,21 @@
 """``d2t-semantics``: the engine's own draft->target map (SGLang's ``hot_token_id = d2t + arange(len(d2t))``,
-vLLM's ``arange(draft_vocab) + draft_id_to_target_id`` in ``compute_logits``) is a one-to-one (strictly increasing
-wherever ``t2d`` implies the ascending order speculators and SpecForge use; Model Optimizer saves no ``t2d`` and
-orders ``d2t`` by frequency), in-range map of length ``draft_vocab_size`` into the target vocab, agrees with
-``t2d``, exists whenever the draft vocab is reduced, and equals the mapping the trainer built.
+vLLM's ``arange(draft_vocab) + draft_id_to_target_id`` in ``compute_logits``) is a one-to-one, in-range map of length
+``draft_vocab_size`` into the target vocab, in its trainer's order (ascending for speculators and SpecForge; by
+frequency for Model Optimizer and NeMo Automodel), onto the set ``t2d`` selects, exists whenever the draft vocab is
+reduced, and equals the mapping the trainer built.
 
 Prevents: ``d2t`` saved as absolute ids (draft id i reaches target id ``ids[i] + i``), a missing ``d2t``
 with a reduced vocab (draft id i silently means target id i), and the opposite mistakes — "fixing" a correct
 ``d2t`` whose first offsets are all zero (they are zero whenever target ids 0..k are selected), or failing a
-correct frequency-ordered one. Judged on
+correct frequency-ordered one: a ``t2d`` mask names a set, never an order (NeMo Automodel saves both, its ``d2t``
+in frequency order), so the order is judged only against a known trainer's. Judged on
 the ``hot_token_id`` the engine's ``load_weights`` computed, never on a re-implementation of it.
 """
 
 from __future__ import annotations
 
 from contracts.checkpoint import text_config
+from contracts.conventions import ASCENDING, d2t_order
 from contracts.registry import FAIL, PASS, Result, SubjectView, contract
 
 INTEGER_DTYPES = {"int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64"}
@@ -63,8 +65,8 @@ def _as_ints(values) -> list[int] | None:
 
 
 @contract("d2t-semantics", "the engine's draft->target map (d2t + arange) is a one-to-one, in-range map of length "
-                           "draft_vocab_size into the target vocab (ascending wherever t2d implies it), agrees with "
-                           "t2d, exists whenever the draft vocab is reduced, and equals the mapping the trainer built")
+                           "draft_vocab_size into the target vocab, in its trainer's order, onto the set t2d selects, "
+                           "exists whenever the draft vocab is reduced, and equals the mapping the trainer built")
 def check_d2t_semantics(subject: SubjectView) -> Result:
     obs = subject.load
     ckpt = subject.checkpoint
@@ -79,11 +81,15 @@ def check_d2t_semantics(subject: SubjectView) -> Result:
     hot_raw = obs.hot_token_id  # the engine's own map, as it computed it
     hot = _as_ints(hot_raw) if hot_raw is not None else None
 
+    # the trainer's order, where the trainer is known (not guessed from the checkpoint's form)
+    trainer = subject.trainer_name
+    order = None if subject.trainer_basis[1] else d2t_order(trainer)
+    t2d_ids = t2d.nonzero().flatten().tolist() if t2d is not None and not t2d.dtype.is_floating_point else None
     intended, intended_source = None, None
     if subject.intended_ids is not None:
         intended, intended_source = list(subject.intended_ids), "the trainer's recorded selection"
-    elif t2d is not None and not t2d.dtype.is_floating_point:
-        intended, intended_source = t2d.nonzero().flatten().tolist(), "t2d (the selected target ids, ascending)"
+    elif t2d_ids is not None and order == ASCENDING:
+        intended, intended_source = t2d_ids, f"t2d, in {trainer}'s ascending order"
 
     evidence = {
         "engine_draft_vocab": draft_vocab, "target_vocab": vocab, "target_vocab_from": vocab_source,
@@ -126,19 +132,24 @@ def check_d2t_semantics(subject: SubjectView) -> Result:
             problems.append(f"{len(hot) - len(set(hot))} draft id(s) map to a target id another draft id already "
                             f"maps to (first: {dup[0]}): the draft head spends rows on the same token")
         elif steps:
-            # Order matters only where the trainer's own record of the selection implies one: t2d (a mask) can only
-            # describe an ascending selection (speculators, SpecForge). Model Optimizer saves no t2d and builds d2t
-            # in frequency order (calibrate_frequent_vocab: draft id i is the i-th most frequent target id), which
-            # both engines serve as trained: they only index through the map.
+            # The order is the trainer's: speculators and SpecForge lay the selected ids out ascending; Model Optimizer
+            # (calibrate_frequent_vocab) and NeMo Automodel (build_eagle3_token_mapping, which also saves a t2d) by
+            # frequency, which both engines serve as trained: they only index through the map. A t2d mask names the
+            # selected set, not an order, so a non-ascending map fails only against a trainer known to sort.
             i, a, b = steps[0]
             evidence["not_increasing_at"] = [{"draft_id": j + 1, "engine_target": y, "previous": x}
                                              for j, x, y in steps[:SIDE_BY_SIDE]]
-            if t2d is not None:
+            if order == ASCENDING and t2d is not None:
                 problems.append(f"hot_token_id is not strictly increasing ({len(steps)} place(s); first: draft ids "
-                                f"{i}, {i + 1} → {a}, {b}) while t2d can only describe an ascending selection")
+                                f"{i}, {i + 1} → {a}, {b}) while {trainer} lays out its draft vocabulary ascending "
+                                f"(its t2d names the selected set, its d2t must follow it in order)")
+            elif order is not None:
+                evidence["order"] = f"not ascending: {trainer}'s order, {order}"
             else:
-                evidence["order"] = "not ascending (no t2d implies an order): e.g. frequency order, as Model " \
-                                    "Optimizer's calibrate_frequent_vocab builds d2t"
+                evidence["order"] = ("not ascending, and the trainer is " + ("a guess" if trainer else "unknown") +
+                                     ": the order is the trainer's (speculators and SpecForge sort the selected ids; "
+                                     "Model Optimizer and NeMo Automodel order them by frequency) and is not judged; "
+                                     "t2d names the selected set only (pass --trainer to judge the order)")
     if t2d is not None and mapped is not None:
         selected = int(t2d.sum())
         t2d_problems = []
@@ -164,7 +175,8 @@ def check_d2t_semantics(subject: SubjectView) -> Result:
         elif len(mapped) != len(intended):
             problems.append(f"the engine maps {len(mapped)} draft ids, the trainer selected {len(intended)}")
 
-    hypotheses = diagnose(d2t, None if d2t_info is None and identity else hot, intended, reduced)
+    hypotheses = diagnose(d2t, None if d2t_info is None and identity else hot,
+                          intended if intended is not None else t2d_ids, reduced)
     evidence["diagnosis"] = hypotheses
     if any(h.startswith("absolute ids") for h in hypotheses):
         fixes.insert(0, "save d2t[i] = target_id[i] - i (offsets), not the target ids")
@@ -181,6 +193,12 @@ def check_d2t_semantics(subject: SubjectView) -> Result:
     zeros = next((i for i, v in enumerate(d2t or []) if v != 0), len(d2t or []))
     note = f"; its first {zeros} offsets are 0 because target ids 0..{zeros - 1} are selected" if zeros > 1 else ""
     checked = f", equal to {intended_source}" if intended is not None else ""
-    order = "strictly increasing" if "order" not in evidence else "one-to-one, in the trainer's order (no t2d)"
-    return Result("d2t-semantics", PASS, f"engine maps {len(hot)} draft ids into [0, {vocab}) {order}"
+    if "order" not in evidence:
+        laid_out = "strictly increasing"
+    elif intended is not None or order is not None:
+        laid_out = "one-to-one, in the trainer's order"
+    else:
+        laid_out = "one-to-one onto the set t2d selects, not ascending (the order is the trainer's: not judged)" \
+            if t2d is not None else "one-to-one, not ascending (the order is the trainer's: not judged)"
+    return Result("d2t-semantics", PASS, f"engine maps {len(hot)} draft ids into [0, {vocab}) {laid_out}"
                   f"{checked}{note}", evidence)
