@@ -63,6 +63,9 @@ CONVERSION_RECORD_KEY = "eagle3_contracts_conversion"
 # eagle_config keys only NVIDIA Model Optimizer's export writes (modelopt/torch/export/plugins/hf_spec_configs.py)
 MODELOPT_EAGLE_KEYS = {"use_input_layernorm_in_first_layer", "use_mtp_layernorm", "next_layer_regular",
                        "parallel_draft_step", "parallel_draft_heads_num_layers"}
+# the draft class NVIDIA NeMo Automodel's EAGLE-3 recipe writes into its checkpoints' architectures
+# (nemo_automodel/recipes/llm/train_eagle3.py); no engine registers it, its serve helpers rewrite it
+AUTOMODEL_DRAFT_CLASS = "LlamaEagle3DraftModel"
 
 
 class InputError(Exception):
@@ -417,10 +420,13 @@ class Checkpoint:
     def trainer_format(self) -> str:
         """``speculators`` (nested config, as speculators saves it), ``specforge`` (its SGLang export's
         ``midlayer.*``), ``modelopt`` (NVIDIA Model Optimizer's export: its own switches in ``eagle_config``) or
-        ``sglang`` (another flat Llama-style config)."""
+        ``automodel`` (NVIDIA NeMo Automodel's training checkpoint: its draft class ``LlamaEagle3DraftModel`` in
+        ``architectures``, which its serve helpers rewrite) or ``sglang`` (another flat Llama-style config)."""
         cfg = self.config
         if "transformer_layer_config" in cfg or "speculators_config" in cfg or cfg.get("speculators_model_type"):
             return "speculators"
+        if cfg.get("architectures") == [AUTOMODEL_DRAFT_CLASS]:
+            return "automodel"
         if any(t.startswith("midlayer.") for t in self.tensors):
             return "specforge"
         eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from contracts.checkpoint import InputError
+from contracts.conventions import TRAINERS
 from contracts.input_bounds import one_line
 
 FORMATS = ("text", "json", "junit", "markdown")
@@ -50,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="judge a draft checkpoint with every contract")
     c.add_argument("checkpoint", nargs="?", help="draft checkpoint directory")
     c.add_argument("--target", help="target model directory (config.json; weights optional)")
-    c.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"),
+    c.add_argument("--trainer", choices=tuple(TRAINERS),
                    help="the library that trained a flat-config draft (for a draft converted by hand: its aux "
                         "layer ids are then read in that trainer's convention)")
     c.add_argument("--engine", default="sglang", help="engine under test: sglang (installed here), sglang==VERSION, "
@@ -68,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--target", help="target model directory (config.json; weights optional)")
     m.add_argument("--engines", required=True,
                    help="comma-separated engine specs, e.g. sglang==0.5.9,sglang==0.5.23 (each in its own environment)")
-    m.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"),
+    m.add_argument("--trainer", choices=tuple(TRAINERS),
                    help="the library that trained a flat-config draft (as for check)")
     m.add_argument("--only", help="comma-separated contract ids")
     m.add_argument("--format", choices=("text", "json", "markdown"), default="text")
@@ -109,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "read off the engine's capture of this target class")
     v.add_argument("--engine", help="the release to convert for: sglang (installed here), sglang==X, vllm or vllm==X "
                                     "(default: the --to engine)")
-    v.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"),
+    v.add_argument("--trainer", choices=tuple(TRAINERS),
                    help="the library that trained a flat-config draft (whose layer convention the ids follow)")
     v.add_argument("--verbatim", action="store_true",
                    help="the naive copy (speculators' config flattened, aux ids as saved), as a hand conversion "

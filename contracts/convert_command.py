@@ -9,7 +9,8 @@ is asked, on a tiny instance of the target class, which ids make it capture the 
 trained on (``AuxCaptureObservation.ids_for_trainer_layers``), because the rule differs per engine, release and
 target class (SGLang's DeepSeek family shifts only when the first id is 1; gpt-oss has its own rule). Tensors
 the release's loader drops as saved but, by its own probe, loads under another name are renamed (``layers.0.*`` ->
-``midlayer.*`` on SGLang 0.5.3-0.5.11; a safetensors header change). Switches the engine lacks are not papered
+``midlayer.*`` on SGLang 0.5.3-0.5.11; a safetensors header change), and a layer count copied from the target is
+set to the layers the checkpoint holds where the release's own rebuild loads it whole (NeMo Automodel). Switches the engine lacks are not papered
 over: the verification's ``config`` and ``forward-parity`` name them, and ``convert`` exits 1. SRC is never
 written.
 """
@@ -27,6 +28,7 @@ from contracts.engine_spec import EngineSpec
 from contracts.hand_conversion import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
 
 IDS = "eagle_aux_hidden_state_layer_ids"
+AUTOMODEL_SERVED_CLASS = "LlamaForCausalLMEagle3"  # what nemo_automodel's serve_sglang / serve_vllm write
 SGLANG_IDS_KEY = f"eagle_config.{IDS}"  # the only place SGLang reads explicit ids (top-level ones are ignored)
 # The record every copy carries in its config.json: what it was trained on and what it was made for, so that `check`
 # judges the copy against the trainer's layers without being told (its ids are no longer in the trainer's convention).
@@ -54,11 +56,14 @@ class Conversion:
 def base_config(ckpt: Checkpoint, to: str) -> dict:
     """The config the engine reads before any alignment: SGLang cannot dispatch speculators' nested format, so it
     gets the flat form (``contracts.hand_conversion``); vLLM reads both formats as saved. A record of an earlier conversion
-    is dropped (the new copy gets its own)."""
+    is dropped (the new copy gets its own). NeMo Automodel's training checkpoint names its own draft class, which no
+    engine registers: it gets the class its serve helpers write for both engines."""
     if to == "sglang" and ckpt.trainer_format == "speculators":
         cfg = speculators_to_sglang_config(ckpt.config)
     else:
         cfg = json.loads(json.dumps(ckpt.config))
+    if ckpt.trainer_format == "automodel":
+        cfg["architectures"] = [AUTOMODEL_SERVED_CLASS]
     cfg.pop(RECORD_KEY, None)
     return cfg
 
@@ -212,6 +217,21 @@ def engine_renames(ckpt: Checkpoint, load) -> tuple[dict[str, str], list[str], l
     return renames, notes, reasons
 
 
+def engine_layer_count(cfg: dict, load) -> tuple[dict, list[str]]:
+    """The draft's layer count where the engine's own rebuild asks for it (LOAD's ``config_fix``): a config whose
+    ``num_hidden_layers`` was copied from the target (NeMo Automodel's recipe writes the target's) makes the engine
+    build that many draft layers and serve all but the saved ones on random weights; under the checkpoint's own count
+    it loads every tensor and writes every parameter (observed). Other settings are the trainer's to say: not set."""
+    fix = getattr(load, "config_fix", None) or {}
+    if set(fix) != {"num_hidden_layers"} or cfg.get("num_hidden_layers") == fix["num_hidden_layers"]:
+        return cfg, []
+    label = f"{load.engine['name']} {load.engine['version']}"
+    note = (f"num_hidden_layers: {cfg.get('num_hidden_layers')} -> {fix['num_hidden_layers']} (the decoder layers the "
+            f"checkpoint holds): {label} builds the config's count and would serve the others on random weights; "
+            f"rebuilt under it, it loads every tensor and writes every parameter (its own load)")
+    return {**cfg, **fix}, [note]
+
+
 def convert(src, dst, *, to: str, target=None, engine: str | None = None, trainer: str | None = None,
             verbatim: bool = False, link: bool = False, facts: dict | None = None) -> Conversion:
     """Write the copy of SRC that ENGINE (default: the ``to`` engine as installed or pinned) serves as trained
@@ -241,12 +261,16 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
                          "engine's capture of that target class, and the copy is judged against it")
     if not verbatim and trainer is None:
         raise InputError("convert: a flat config names no trainer, so the layers it trained on are unknown: pass "
-                         "--trainer speculators|specforge|modelopt (or --verbatim)")
+                         "--trainer speculators|specforge|modelopt|automodel (or --verbatim)")
     facts = facts or {}
     cfg = base_config(ckpt, to)
     conversion = Conversion(src=src, dst=dst, engine=engine, form="verbatim" if verbatim else "faithful", config=cfg)
     if to == "sglang" and ckpt.trainer_format == "speculators":
         conversion.notes.append("config flattened from speculators' nested format (SGLang cannot dispatch it)")
+    if ckpt.trainer_format == "automodel":
+        conversion.notes.append(f"architectures: {ckpt.config.get('architectures')} -> [{AUTOMODEL_SERVED_CLASS!r}] "
+                                f"(no engine registers Automodel's training class; its serve_sglang and serve_vllm "
+                                f"write this one)")
     skipped = files_to_copy(src)[1]
     if skipped:
         conversion.notes.append(f"not copied: {', '.join(skipped)}")
@@ -262,6 +286,8 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
                 renames, notes, reasons = engine_renames(ckpt, first.load)
                 conversion.notes += notes
                 conversion.not_faithful += reasons
+                cfg, notes = engine_layer_count(cfg, first.load)
+                conversion.notes += notes
             counter = iter(range(1000))
             cfg, notes, reasons = align_aux_ids(cfg, firsts, lambda c: [observe(
                 src, c, target_path, e, trainer, scratch / f"ids-{next(counter)}", facts, renames) for e in engines])

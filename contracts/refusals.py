@@ -24,8 +24,8 @@ class NotADraft(EngineRefused):
 class TargetRefused(Exception):
     """The engine's own code refused to build the target model (the contracts that need it skip)."""
 
-DRAFT_ARCHITECTURE_FIX = ('write architectures: ["LlamaForCausalLMEagle3"] in config.json (a speculators checkpoint: '
-                          "eagle3-contracts convert --to sglang SRC DST)")
+DRAFT_ARCHITECTURE_FIX = ('write architectures: ["LlamaForCausalLMEagle3"] in config.json (a speculators checkpoint, or '
+                          "NeMo Automodel's LlamaEagle3DraftModel: eagle3-contracts convert --to sglang|vllm SRC DST)")
 _MISSING_CONFIG_KEY = re.compile(r"'(\w*Config\w*)' object has no attribute '(\w+)'")
 _UNKNOWN_ARCH = ("not a registered model", "are not supported", "not supported for now", "Model architectures")
 

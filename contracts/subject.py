@@ -199,6 +199,8 @@ class Subject:
         return {"speculators": ("speculators' own config format (speculators_config / transformer_layer_config)", False),
                 "specforge": ("guessed from the tensor names midlayer.*, which SpecForge's SGLang export writes", True),
                 "modelopt": ("guessed from Model Optimizer's own switches in eagle_config", True),
+                "automodel": ("NeMo Automodel's own draft class LlamaEagle3DraftModel in architectures (its recipe "
+                              "writes it, its serve helpers rewrite it)", False),
                 }.get(self.trainer_format, ("no trainer named, recorded or evident from the checkpoint", True))
 
     @cached_property

@@ -269,3 +269,17 @@ def test_every_bundled_draft_after_convert_gets_its_documented_verdicts(engine):
         assert by == {name: sorted(documented[key].get(name, {})) for name in by}, key
         # the speculators drafts (and, for vLLM, the SGLang-convention ones) are aligned wherever the class captures
         assert all("hidden-width" not in fails for name, fails in by.items() if name != "speculators-kimi-k25")
+
+
+def test_an_automodel_checkpoint_gets_the_class_its_serve_helpers_write_and_the_layers_it_holds(tmp_path, capsys):
+    """NeMo Automodel's recipe saves its own draft class (no engine registers it) and the target's num_hidden_layers
+    (8) over a one-layer draft: SGLang 0.5.23 builds eight and serves seven on random weights. convert writes
+    LlamaForCausalLMEagle3 and the layer count SGLang's own rebuild loads whole, and the ids the recipe trained on."""
+    src = FIXTURES / "drafts" / "automodel-raw-hd32"
+    code, doc, err, cfg = _convert(capsys, src, tmp_path / "out", "--to", "sglang", "--trainer", "automodel",
+                                   target=FIXTURES / "targets" / "llama-tiny-hd32")
+    assert code == 0, err
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["num_hidden_layers"] == 1
+    assert "num_hidden_layers: 8 -> 1" in err and "LlamaEagle3DraftModel" in err
+    assert all(_status(doc, c) == "pass" for c in ("key-naming", "config", "d2t-semantics"))
+    assert json.loads((src / "config.json").read_text())["num_hidden_layers"] == 8  # SRC untouched

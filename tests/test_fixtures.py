@@ -23,13 +23,14 @@ def test_files_match_their_manifest(name):
 
 def test_every_trainer_is_represented():
     trainers = {(e["trainer"], e["trainer_version"]) for e in MANIFEST.values()}
-    assert {("speculators", "0.9.0"), ("specforge", "0.2.0"), ("modelopt", "0.47.0")} <= trainers
+    assert {("speculators", "0.9.0"), ("specforge", "0.2.0"), ("modelopt", "0.47.0"), ("automodel", "0.7.0")} <= trainers
     assert [s.name for s in bundled_subjects()] == [
-        "modelopt-default-hd32", "modelopt-explicit-hd32", "specforge", "specforge-eagle31-hd32", "specforge-hd32",
+        *AUTOMODEL, "modelopt-default-hd32", "modelopt-explicit-hd32", "specforge", "specforge-eagle31-hd32", "specforge-hd32",
         "speculators-default", "speculators-default-hd32", "speculators-kimi-k25", "speculators-train",
         "speculators-train-hd32"]
 
 
+AUTOMODEL = ["automodel-explicit31-hd32", "automodel-raw-hd32", "automodel-sglang-hd32", "automodel-vllm-hd32"]
 WITH_REFERENCES = ["specforge", "speculators-default", "speculators-train",
                    "specforge-hd32", "speculators-default-hd32", "speculators-train-hd32"]
 
@@ -77,7 +78,7 @@ def _reference(name):
 
 
 @pytest.mark.parametrize("name", [*WITH_REFERENCES, "specforge-eagle31-hd32", "modelopt-default-hd32",
-                                  "modelopt-explicit-hd32"])
+                                  "modelopt-explicit-hd32", *AUTOMODEL])
 def test_reference_forward_is_committed_with_its_draft(name):
     import hashlib
 
@@ -172,3 +173,38 @@ def test_each_trainer_records_what_its_switches_mean():
     speculators = MANIFEST["speculators-train"]["reference"]["switch_semantics"]
     assert speculators["norm_output"]["step_0_change"] == 0 and speculators["norm_output"]["fed_back_state_change"] > 0
     assert speculators["norm_before_residual"]["first_acts_at_step"] == 0
+
+
+def _tensors(name):
+    from safetensors.torch import load_file
+
+    return load_file(str(REPO / MANIFEST[name]["path"] / "model-00001-of-00001.safetensors"))
+
+
+def test_automodel_saves_d2t_in_its_selection_order_and_t2d_as_the_set():
+    """build_eagle3_token_mapping: the tokenizer's special tokens first (bos, eos, pad), then by descending supervised
+    frequency; set_vocab_mapping writes d2t[i] = selected[i] - i and t2d[selected] = True, kept by every export."""
+    import torch
+
+    for name in AUTOMODEL:
+        tensors, entry = _tensors(name), MANIFEST[name]
+        selected = (tensors["d2t"] + torch.arange(64)).tolist()
+        assert selected == entry["selected_target_ids"] and selected[:3] == [1, 2, 0]
+        assert selected != sorted(selected) and tensors["t2d"].dtype == torch.bool
+        assert tensors["t2d"].nonzero().flatten().tolist() == sorted(selected)
+
+
+def test_automodel_exports_differ_as_its_serve_helpers_write_them():
+    """The recipe's checkpoint keeps the draft's `model.` wrapper prefix and its own class name; serve_sglang rewrites
+    only the class, serve_vllm also strips the prefix; none writes aux layer ids or the draft's layer count (each keeps
+    the target's num_hidden_layers, 8)."""
+    configs = {name: json.loads((REPO / MANIFEST[name]["path"] / "config.json").read_text()) for name in AUTOMODEL}
+    assert configs["automodel-raw-hd32"]["architectures"] == ["LlamaEagle3DraftModel"]
+    assert all(configs[n]["architectures"] == ["LlamaForCausalLMEagle3"] for n in AUTOMODEL[:1] + AUTOMODEL[2:])
+    assert all(c["num_hidden_layers"] == 8 and "eagle_aux_hidden_state_layer_ids" not in c for c in configs.values())
+    assert "model.fc.weight" in _tensors("automodel-raw-hd32") and "model.fc.weight" in _tensors("automodel-sglang-hd32")
+    assert "fc.weight" in _tensors("automodel-vllm-hd32") and not any(
+        k.startswith("model.") for k in _tensors("automodel-vllm-hd32"))
+    assert MANIFEST["automodel-explicit31-hd32"]["aux_layer_ids"] == [1, 4, 6]
+    assert configs["automodel-explicit31-hd32"]["fc_norm"] is configs["automodel-explicit31-hd32"]["norm_output"] is True
+    assert "fc_norm.0.weight" in _tensors("automodel-explicit31-hd32")
