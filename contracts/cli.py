@@ -6,7 +6,7 @@
     eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,vllm==B [--format text|json|markdown]
                             [--all-paths]
     eagle3-contracts convert --to sglang|vllm SRC DST --target DIR [--engine E==X] [--trainer T] [--verbatim]
-    eagle3-contracts build-tiny --trainer speculators|specforge|modelopt --out DIR [--target DIR]
+    eagle3-contracts build-tiny --trainer speculators|specforge|modelopt|automodel --out DIR [--target DIR]
                                 (a tiny draft built by the trainer release installed here; `check DIR` judges it)
     eagle3-contracts accept DRAFT --target DIR [--engine vllm==X] [--tokens 3] [--prompts N] [--temperature T]
                             [--no-expectation] [--format text|json] [--output FILE]
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="a row for every path judged (vLLM: both model runners), not only where they disagree")
     m.add_argument("--output", help="write the matrix to FILE instead of stdout")
     b = sub.add_parser("build-tiny", help="build a tiny draft with the trainer release installed here (then: check DIR)")
-    b.add_argument("--trainer", choices=("speculators", "specforge", "modelopt"), required=True)
+    b.add_argument("--trainer", choices=("speculators", "specforge", "modelopt", "automodel"), required=True)
     b.add_argument("--out", required=True, help="output directory (new, empty, or an earlier build-tiny output)")
     b.add_argument("--target", help="a small target model directory with weights (default: the bundled tiny Llama, "
                                     "made by transformers into DIR/target)")

@@ -24,6 +24,9 @@ class NotADraft(EngineRefused):
 class TargetRefused(Exception):
     """The engine's own code refused to build the target model (the contracts that need it skip)."""
 
+# how a contract's failure begins when the engine refused to build the draft (config's, or, when config is not
+# judged, the first contract that met the refusal: the same finding under another contract's name)
+REFUSED = "the engine cannot build this draft"
 DRAFT_ARCHITECTURE_FIX = ('write architectures: ["LlamaForCausalLMEagle3"] in config.json (a speculators checkpoint, or '
                           "NeMo Automodel's LlamaEagle3DraftModel: eagle3-contracts convert --to sglang|vllm SRC DST)")
 _MISSING_CONFIG_KEY = re.compile(r"'(\w*Config\w*)' object has no attribute '(\w+)'")

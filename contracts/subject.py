@@ -348,7 +348,7 @@ class Subject:
 
     def run(self, only: list[str] | None = None) -> list[Result]:
         from contracts.engines.errors import ReplayError
-        from contracts.refusals import DRAFT_ARCHITECTURE_FIX, fix_for_refusal
+        from contracts.refusals import DRAFT_ARCHITECTURE_FIX, REFUSED, fix_for_refusal
 
         selected = select(only)
         # A refused or non-draft build is a finding about the config: with config selected it is config's
@@ -366,7 +366,7 @@ class Subject:
                     refused_in = c.id
                     fix = DRAFT_ARCHITECTURE_FIX if isinstance(e, NotADraft) else \
                         fix_for_refusal(str(e), self.checkpoint.config, self.checkpoint.tensors)
-                    results.append(Result(c.id, FAIL, f"the engine cannot build this draft: {e}",
+                    results.append(Result(c.id, FAIL, f"{REFUSED}: {e}",
                                           {"engine_error": str(e)}, fix))
                 else:
                     what = "builds no EAGLE-3 draft for this config" if isinstance(e, NotADraft) else \

@@ -204,3 +204,19 @@ def test_build_tiny_says_when_the_trainer_is_not_installed(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "nvidia-modelopt is not installed in this environment" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_automodel_070_builds_the_bundled_draft_and_gets_its_verdicts(capsys):
+    """NeMo Automodel 0.7.0 in the environment derived from its metadata: its EAGLE-3 recipe and serve_vllm export
+    write the bundled automodel-vllm-hd32 weights byte for byte, and the build gets the twin's verdicts."""
+    out = _built("automodel", "0.7.0")
+    twin = FIXTURES / "drafts" / "automodel-vllm-hd32"
+    weights = "model-00001-of-00001.safetensors"
+    assert _sha(out / "draft" / weights) == _sha(twin / weights)
+    record = read_record(out)
+    assert record["trainer_version"] == "0.7.0" and record["bundled_twin"] == "automodel-vllm-hd32"
+    assert "nemo_automodel.recipes.llm.train_eagle3.TrainEagle3Recipe.setup" in record["functions_called"]
+    assert record["trained_hidden_states"] == [2, 4, 5]
+    code, doc = _check(out, capsys)
+    assert _failing(doc) == set(twin_expectations(record, "sglang")) == {"key-naming", "forward-parity"}, doc
+    assert code == 1

@@ -118,3 +118,14 @@ def test_the_nightly_runs_the_acceptance_study_on_each_vllm_release_it_judged(tm
     assert (doc["agreement"]["variants"], doc["agreement"]["agree"]) == (1, 1)
     assert "| converged-speculators | d2t zeroed | d2t-semantics |" in (tmp_path / "acceptance-vllm-0.32.0.md").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["acceptance-vllm-0.32.0.json", "acceptance-vllm-0.32.0.md"]
+
+
+def test_a_refusal_reported_by_another_contract_is_the_documented_config_failure():
+    """`--only key-naming` on a draft the release refuses: key-naming meets the refusal first; documented as config's
+    (automodel-vllm-hd32 on SGLang 0.5.9: "EAGLE3 currently only supports 1 layer"), it is not new."""
+    refused = {"status": "fail", "summary": "the engine cannot build this draft: SGLang could not build the model"}
+    other = {"status": "fail", "summary": "3 tensor(s) dropped by the engine's loader"}
+    doc = {"releases": {"sglang==0.5.9": {"cells": {"automodel-vllm-hd32": {"key-naming": refused},
+                                                     "specforge": {"key-naming": other}}}}}
+    found = [(c["subject"], c["contract"]) for c in nightly.newly_failing(doc, ["sglang==0.5.9"])]
+    assert found == [("specforge", "key-naming")]

@@ -80,7 +80,10 @@ def _previous(doc: dict, spec: str) -> str | None:
 
 def newly_failing(doc: dict, specs: list[str]) -> list[dict]:
     """(release, draft, contract) failing where the release before it held (for an engine's first release: where the
-    pinned release's documented verdict is not a failure)."""
+    pinned release's documented verdict is not a failure). A refusal to build the draft is one finding whichever
+    contract reported it (``config``, or the first judged when ``--only`` leaves config out)."""
+    from contracts.refusals import REFUSED
+
     out = []
     for spec in specs:
         entry = doc["releases"].get(spec) or {}
@@ -95,7 +98,8 @@ def newly_failing(doc: dict, specs: list[str]) -> list[dict]:
                     old = doc["releases"][before]["cells"].get(subject, {}).get(contract)
                     if old is None or old["status"] in ("fail", "error"):
                         continue
-                elif (subject, contract) in pinned:
+                elif (subject, contract) in pinned or (
+                        cell.get("summary", "").startswith(REFUSED) and (subject, "config") in pinned):
                     continue
                 out.append({"engine": spec, "subject": subject, "contract": contract, "before": before,
                             "summary": cell.get("summary", "")[:300]})

@@ -1,5 +1,5 @@
-"""The trainer-release axis of the compatibility table: every release of speculators, SpecForge and NVIDIA Model
-Optimizer on the package index builds a tiny draft in its own environment (``contracts.trainers.environments``:
+"""The trainer-release axis of the compatibility table: every release of speculators, SpecForge, NVIDIA Model
+Optimizer and NVIDIA NeMo Automodel on the package index builds a tiny draft in its own environment (``contracts.trainers.environments``:
 derived from the release's metadata, made with uv), through the same builders as the bundled fixtures
 (``build-tiny``), and each build is judged on a few engine releases; the table gains trainer release × engine
 release.
@@ -31,7 +31,7 @@ from contracts.engines.environments import envs_root, release_order
 # deployment's default, and on V1, the CPU build's), and the last SGLang release that names the draft's layer
 # `midlayer.*` (the naming speculators moved away from and back to).
 ENGINES = ["sglang==0.5.23", "vllm==0.32.0", "vllm==0.32.0:v1", "sglang==0.5.9"]
-TRAINERS = ("speculators", "specforge", "modelopt")
+TRAINERS = ("speculators", "specforge", "modelopt", "automodel")
 
 
 def builds_root() -> Path:

@@ -167,8 +167,9 @@ class TransformersTarget:
                                                                  trust_remote_code=trust_remote_code, **kwargs)
 
 
-def train(root: Path, target: TinyTarget, name: str, **overrides):
-    """Run the recipe (cwd ROOT, where the target sits at its repo-relative path) and return it after training."""
+def train(root: Path, target_path: str, name: str, **overrides):
+    """Run the recipe (cwd ROOT, the target at TARGET_PATH under it) and return it after training; one intra-op
+    thread, so a rebuild anywhere writes the same bytes."""
     import torch
     import nemo_automodel.recipes.llm.train_eagle3 as recipe_module
     from nemo_automodel.components.config._arg_parser import parse_args_and_load_config
@@ -177,8 +178,9 @@ def train(root: Path, target: TinyTarget, name: str, **overrides):
                        "MASTER_PORT": os.environ.get("MASTER_PORT", "29533")}.items():
         os.environ.setdefault(key, value)
     recipe_module.NeMoAutoModelForCausalLM = TransformersTarget
+    torch.set_num_threads(1)
     torch.manual_seed(SEED)
-    cfg = parse_args_and_load_config(str(recipe_config(root, target.path, f"out-{name}", **overrides)), argv=[])
+    cfg = parse_args_and_load_config(str(recipe_config(root, target_path, f"out-{name}", **overrides)), argv=[])
     recipe = recipe_module.TrainEagle3Recipe(cfg)
     recipe.setup()
     recipe.run_train_validation_loop()
@@ -301,25 +303,29 @@ def reference(recipe, name: str, target: TinyTarget, ver: str, path: Path | None
 
 # --- the fixtures -----------------------------------------------------------------------------------------------
 
-def scratch_target(root: Path, target: TinyTarget) -> None:
-    """The target at its repo-relative path under ROOT (config and weights linked), with the tokenizer it lacks."""
-    directory = root / target.path
+def scratch_target(root: Path, target: TinyTarget) -> str:
+    """A copy of the target under ROOT (config and weights) with the tokenizer it lacks; the path the recipe is given,
+    relative to ROOT (the bundled target's repo-relative path, so the configs it writes name no local path; a
+    build-tiny target: ``target``). The target's own directory is never written."""
+    path = target.path if not Path(target.path).is_absolute() else "target"
+    directory = root / path
     directory.mkdir(parents=True)
     for file in ("config.json", "model.safetensors"):
         shutil.copyfile(target.directory / file, directory / file)
     write_tokenizer(directory, target.vocab_size)
+    return path
 
 
-def build_all(root: Path, target: TinyTarget = LLAMA_TINY_HD32) -> dict[str, dict]:
+def build_all(root: Path, target: TinyTarget = LLAMA_TINY_HD32, trainings: dict = TRAININGS) -> dict[str, dict]:
     """Train each of TRAININGS under ROOT and return {training: {"recipe", "checkpoint", "details"}}."""
-    scratch_target(root, target)
+    target_path = scratch_target(root, target)
     rows = write_chats(root / "chats.jsonl", target.vocab_size)
     cwd = os.getcwd()
     os.chdir(root)
     try:
         out = {}
-        for name, overrides in TRAININGS.items():
-            recipe = train(root, target, name, **overrides)
+        for name, overrides in trainings.items():
+            recipe = train(root, target_path, name, **overrides)
             selected = recipe.trainer_module.selected_token_ids.tolist()
             out[name] = {"recipe": recipe, "checkpoint": checkpoint_dir(root, name), "details": dict(
                 selected_target_ids=selected,
@@ -337,6 +343,19 @@ def build_all(root: Path, target: TinyTarget = LLAMA_TINY_HD32) -> dict[str, dic
         return out
     finally:
         os.chdir(cwd)
+
+
+def build_tiny(scratch: Path, target: TinyTarget, draft: Path, reference_path: Path | None) -> dict:
+    """``build-tiny --trainer automodel``: the recipe with its defaults (``automodel-vllm-hd32``'s training) with the
+    installed release, exported by its ``serve_vllm`` (its release's export for vLLM; the bundled twin), into DRAFT,
+    and ``Eagle3TrainerModule``'s reference forward."""
+    built = build_all(scratch, target, {"default": TRAININGS["default"]})["default"]
+    keep(export(built["checkpoint"], "vllm", scratch / "exports"), draft)
+    details = {**built["details"], "export": "vllm"}
+    if reference_path is not None:
+        details["reference"] = reference(built["recipe"], "tiny", target, version("nemo-automodel"), reference_path)
+        details["reference"]["trained_hidden_states"] = [i + 1 for i in details["aux_layer_ids"]]
+    return details
 
 
 def main() -> None:

@@ -35,15 +35,18 @@ from contracts.engines.recipes import (CPU_TORCH, CUDA_STACKS, IMPORT_TO_DIST, R
                                        distribution_versions, wheels_dir)
 
 BUILDER = "trainer-uv-3"
-DISTRIBUTION = {"speculators": "speculators", "specforge": "specforge", "modelopt": "nvidia-modelopt"}
+DISTRIBUTION = {"speculators": "speculators", "specforge": "specforge", "modelopt": "nvidia-modelopt",
+                "automodel": "nemo-automodel"}
 # The first release of each trainer with an EAGLE-3 draft (speculators' Eagle3 model arrives in 0.3.0, Model
-# Optimizer's Hugging Face EAGLE-3 module in 0.35.0); earlier ones are not swept.
-FIRST = {"speculators": "0.3.0", "specforge": "0.1.0", "modelopt": "0.35.0"}
+# Optimizer's Hugging Face EAGLE-3 module in 0.35.0, NeMo Automodel's recipes/llm/train_eagle3.py in 0.5.0); earlier
+# ones are not swept.
+FIRST = {"speculators": "0.3.0", "specforge": "0.1.0", "modelopt": "0.35.0", "automodel": "0.5.0"}
 # Declared by trainers for multi-GPU training or logging, never imported by a one-process CPU build of a draft
 # (and several compile CUDA code at install): deepspeed (speculators 0.3.0, Model Optimizer's [hf]), yunchang
 # (SpecForge's sequence parallelism, pulls flash-attn), sglang (SpecForge 0.2.0's online data generation: an engine,
-# with its CUDA stack).
-TRAINING_STACKS = re.compile(r"^(deepspeed|yunchang|sglang|liger-kernel|pre-commit)$")
+# with its CUDA stack), megatron-fsdp and flashoptim (NeMo Automodel's sharded training and fused optimizers: its
+# EAGLE-3 recipe runs without either installed).
+TRAINING_STACKS = re.compile(r"^(deepspeed|yunchang|sglang|liger-kernel|pre-commit|megatron-fsdp|flashoptim)$")
 # Releases whose sdist does not build as published, made from their own files.
 SDIST_FIXES = {
     ("specforge", "0.1.0"): "its setup.py reads requirements.txt, which the sdist lacks; the sdist's own "
@@ -51,8 +54,9 @@ SDIST_FIXES = {
 }
 # GPU stacks a trainer imports at module level that install and import on a CPU: triton (SpecForge 0.2.0's loss
 # kernels; 3.7 is the series torch 2.13 pairs with, as for the engines, contracts.engines.recipes); its kernels are
-# defined, never run, by a build.
-CPU_IMPORTABLE = {"triton": "triton<3.8"}
+# defined, never run, by a build; torchao (NeMo Automodel's recipe imports it for FP8 and QAT, which a CPU build does
+# not turn on; 0.18.0 imports beside torch 2.13's CPU wheel, its CUDA extensions left unloaded).
+CPU_IMPORTABLE = {"triton": "triton<3.8", "torchao": "torchao==0.18.0"}
 MAX_ROUNDS = 8
 NEEDS = re.compile(r"(?:needs|imports) (\S+), which (?:is not installed here|the installed)")
 

@@ -38,8 +38,9 @@ TRAINERS = {
     "speculators": ("speculators", "contracts.trainers.speculators", "speculators-default-hd32"),
     "specforge": ("specforge", "contracts.trainers.specforge", "specforge-hd32"),
     "modelopt": ("nvidia-modelopt", "contracts.trainers.modelopt", "modelopt-default-hd32"),
+    "automodel": ("nemo-automodel", "contracts.trainers.automodel", "automodel-vllm-hd32"),
 }
-PACKAGE = {"speculators": "speculators", "specforge": "specforge", "modelopt": "modelopt"}
+PACKAGE = {"speculators": "speculators", "specforge": "specforge", "modelopt": "modelopt", "automodel": "nemo_automodel"}
 
 
 class BuildRefused(RuntimeError):
