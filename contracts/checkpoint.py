@@ -419,7 +419,7 @@ class Checkpoint:
     @cached_property
     def trainer_format(self) -> str:
         """``speculators`` (nested config, as speculators saves it), ``specforge`` (its SGLang export's
-        ``midlayer.*``), ``modelopt`` (NVIDIA Model Optimizer's export: its own switches in ``eagle_config``) or
+        ``midlayer.*``), ``modelopt`` (NVIDIA Model Optimizer's export: its own switches in ``eagle_config``),
         ``automodel`` (NVIDIA NeMo Automodel's training checkpoint: its draft class ``LlamaEagle3DraftModel`` in
         ``architectures``, which its serve helpers rewrite) or ``sglang`` (another flat Llama-style config)."""
         cfg = self.config

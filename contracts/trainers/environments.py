@@ -1,5 +1,5 @@
 """A cached environment per trainer release, for the trainer-release axis of the compatibility table: each release of
-speculators, SpecForge and NVIDIA Model Optimizer on the package index, made with uv like the engines' environments
+speculators, SpecForge, NVIDIA Model Optimizer and NVIDIA NeMo Automodel on the package index, made with uv like the engines' environments
 (``contracts.engines.environments``: one shared cache, hard links), from a recipe derived from the release's own
 metadata, and a tiny draft built there by ``build-tiny`` (``contracts.trainers.tiny``).
 
