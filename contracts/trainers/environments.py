@@ -1,7 +1,7 @@
 """A cached environment per trainer release, for the trainer-release axis of the compatibility table: each release of
-speculators, SpecForge, NVIDIA Model Optimizer and NVIDIA NeMo Automodel on the package index, made with uv like the engines' environments
-(``contracts.engines.environments``: one shared cache, hard links), from a recipe derived from the release's own
-metadata, and a tiny draft built there by ``build-tiny`` (``contracts.trainers.tiny``).
+speculators, SpecForge, NVIDIA Model Optimizer and NVIDIA NeMo Automodel on the package index, made with uv like the
+engines' environments (``contracts.engines.environments``: one shared cache, hard links), from a recipe derived from
+the release's own metadata, and a tiny draft built there by ``build-tiny`` (``contracts.trainers.tiny``).
 
 The recipe: the release's base ``Requires-Dist`` (plus the ``transformers`` pin of an extra where the base declares
 none: Model Optimizer keeps it in ``[hf]``), without CUDA stacks and the multi-GPU training stacks a one-process CPU
