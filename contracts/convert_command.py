@@ -10,9 +10,9 @@ trained on (``AuxCaptureObservation.ids_for_trainer_layers``), because the rule 
 target class (SGLang's DeepSeek family shifts only when the first id is 1; gpt-oss has its own rule). Tensors
 the release's loader drops as saved but, by its own probe, loads under another name are renamed (``layers.0.*`` ->
 ``midlayer.*`` on SGLang 0.5.3-0.5.11; a safetensors header change), and a layer count copied from the target is
-set to the layers the checkpoint holds where the release's own rebuild loads it whole (NeMo Automodel). Switches the engine lacks are not papered
-over: the verification's ``config`` and ``forward-parity`` name them, and ``convert`` exits 1. SRC is never
-written.
+set to the layers the checkpoint holds where the release's own rebuild loads it whole (NeMo Automodel). Switches the
+engine lacks are not papered over: the verification's ``config`` and ``forward-parity`` name them, and ``convert``
+exits 1. SRC is never written.
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def engine_layer_count(cfg: dict, load) -> tuple[dict, list[str]]:
     ``num_hidden_layers`` was copied from the target (NeMo Automodel's recipe writes the target's) makes the engine
     build that many draft layers and serve all but the saved ones on random weights; under the checkpoint's own count
     it loads every tensor and writes every parameter (observed). Other settings are the trainer's to say: not set."""
-    fix = getattr(load, "config_fix", None) or {}
+    fix = load.config_fix or {}
     if set(fix) != {"num_hidden_layers"} or cfg.get("num_hidden_layers") == fix["num_hidden_layers"]:
         return cfg, []
     label = f"{load.engine['name']} {load.engine['version']}"
@@ -261,7 +261,7 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
                          "engine's capture of that target class, and the copy is judged against it")
     if not verbatim and trainer is None:
         raise InputError("convert: a flat config names no trainer, so the layers it trained on are unknown: pass "
-                         "--trainer speculators|specforge|modelopt|automodel (or --verbatim)")
+                         f"--trainer {'|'.join(TRAINERS)} (or --verbatim)")
     facts = facts or {}
     cfg = base_config(ckpt, to)
     conversion = Conversion(src=src, dst=dst, engine=engine, form="verbatim" if verbatim else "faithful", config=cfg)
