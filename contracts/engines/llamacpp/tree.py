@@ -1,0 +1,49 @@
+"""Where llama.cpp's converter lives in a llama.cpp environment, and how it gets there.
+
+An xllamacpp source release carries the llama.cpp tree its wheel was built from (``thirdparty/llama.cpp``). The
+converter (``convert_hf_to_gguf.py`` and, since the converter was split, its ``conversion`` package) must run with
+that tree's own ``gguf-py``: the index's ``gguf`` does not know the EAGLE-3 architecture. The environment builder
+unpacks those files into ``<environment>/llama.cpp`` and installs ``gguf-py`` from there.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+from contracts.engines.recipes import LLAMACPP_TREE
+
+# What the converter reads from the tree: its script, its model classes, gguf-py, its requirement files.
+CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion", "gguf-py", "requirements", "LICENSE")
+SCRIPT = "convert_hf_to_gguf.py"
+
+
+def converter_dir(prefix: str | Path | None = None) -> Path:
+    """The converter's folder in the environment whose prefix is PREFIX (default: this interpreter's)."""
+    return Path(prefix or sys.prefix) / "llama.cpp"
+
+
+def unpack_converter(sdist: Path, env: Path) -> Path:
+    """Unpack the converter's parts of the source release's llama.cpp tree into ``ENV/llama.cpp`` (replacing what
+    was there); returns that folder. Only regular files and folders are taken, each kept inside it."""
+    dest = converter_dir(env)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        base = f"{top}/{LLAMACPP_TREE}/"
+        members = []
+        for m in tar.getmembers():
+            if not m.name.startswith(base) or not (m.isfile() or m.isdir()):
+                continue
+            rel = m.name[len(base):]
+            if rel.split("/")[0] not in CONVERTER_PARTS or ".." in rel.split("/"):
+                continue
+            m.name = rel
+            members.append(m)
+        tar.extractall(dest, members=members, filter="data")
+    if not (dest / SCRIPT).is_file():
+        raise FileNotFoundError(f"{sdist.name} has no {LLAMACPP_TREE}/{SCRIPT}")
+    return dest
