@@ -5,7 +5,9 @@ number, an accept length near 1.00. ``accept`` serves the target with the draft 
 (``contracts.engines.vllm.acceptance``, in that release's environment) and reports vLLM's own counters: the mean
 acceptance length (1 + accepted tokens per draft round) and the acceptance rate at each draft position. On a CPU
 vLLM serves with Model Runner V1 (V2, a GPU server's default, runs Triton kernels only), and the report says so.
-SGLang's serving loop does not run on a CPU (its EAGLE worker's draft attention needs a GPU), so it is refused
+``--engine llamacpp[==X]`` measures llama.cpp's server instead (``contracts.engines.llamacpp.acceptance``: the GGUFs
+the release's own converter writes, its EAGLE-3 loop, its counters), a loop that runs on a CPU as it does on a GPU;
+``check`` does not judge llama.cpp yet, so a gap there names no contract. SGLang's serving loop does not run on a CPU (its EAGLE worker's draft attention needs a GPU), so it is refused
 with that reason.
 
 Beside the measurement stands the trainer's expectation (``contracts.trainers.expectation``, in the trainer
@@ -20,6 +22,7 @@ import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
@@ -38,46 +41,78 @@ class ServingRefused(Exception):
     """The engine refused to serve the draft (a finding: exit 1 with the engine's own error)."""
 
 
-def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: int = 4, max_tokens: int = 64,
-            temperature: float = 0.0, expect: bool = True) -> dict:
-    """vLLM's acceptance counters for DRAFT speculating for TARGET on its CPU serving loop, with the engine and path
-    measured and the wall time. Raises contracts.checkpoint.InputError (unusable inputs), AcceptUnavailable,
-    ServingRefused."""
-    from contracts.engines import canonical, parse_spec, runner_of
+@dataclass(frozen=True)
+class ServingLoop:
+    """The engine loop ``accept`` measures: its release, the job that runs it in that release's environment, how a
+    report names it, and the engine path ``check`` judges to explain a gap (None: check does not judge it yet)."""
 
-    draft, target = Path(draft).resolve(), Path(target).resolve()  # the job runs in a directory of its own
-    Checkpoint.open(draft)
-    Checkpoint.open_target(target, require_weights=True)  # with its weights: accept serves the target
+    name: str
+    version: str
+    job: str
+    label: str
+    path: str
+    check_spec: str | None
+    runner: str | None = None
+
+
+def serving_loop(engine: str) -> ServingLoop:
+    """The loop ENGINE names (``vllm[==X][:v1]``, ``llamacpp[==X]``), or AcceptUnavailable saying why it cannot
+    run here."""
+    from contracts.engines import canonical, parse_spec, runner_of
+    from contracts.engines.llamacpp import PINNED as LLAMACPP_PINNED
+
+    name, sep, version = engine.strip().partition("==")
+    if name == "llamacpp":
+        if sep and not version:
+            raise AcceptUnavailable(f"{engine!r}: give a version after '=='")
+        version = version or LLAMACPP_PINNED
+        return ServingLoop("llamacpp", version, "contracts.engines.llamacpp.acceptance", f"llama.cpp {version}",
+                           f"llama.cpp's server (xllamacpp {version}): the GGUFs its own converter writes, its EAGLE-3 "
+                           "speculative loop on ggml's CPU backend (the loop a GPU build runs)", None)
     spec = canonical(engine)
     name, version = parse_spec(spec)
     if name != "vllm":
         raise AcceptUnavailable("accept: SGLang's serving loop does not run on a CPU (EAGLEWorkerV2's draft attention "
-                                "needs a GPU or sgl-kernel's CPU build); measure on vLLM (--engine vllm==X)")
+                                "needs a GPU or sgl-kernel's CPU build); measure on vLLM (--engine vllm==X) or "
+                                "llama.cpp (--engine llamacpp==X)")
     if runner_of(spec) == "v2":
         raise AcceptUnavailable("accept: vLLM's Model Runner V2 (a GPU server's default) runs its batch preparation and "
                                 "speculator kernels in Triton only, which a CPU lacks; accept measures Model Runner V1, "
                                 "the CPU build's runner (--runner v1, the default here)")
+    return ServingLoop("vllm", version, "contracts.engines.vllm.acceptance", f"vLLM {version}",
+                       "vLLM Model Runner V1 (the CPU build's runner; a GPU server runs Model Runner V2 by default)",
+                       f"vllm=={version}:v1", runner="v1")
+
+
+def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: int = 4, max_tokens: int = 64,
+            temperature: float = 0.0, expect: bool = True) -> dict:
+    """The engine's own acceptance counters for DRAFT speculating for TARGET on its CPU serving loop (vLLM's, or
+    llama.cpp's), with the engine and path measured and the wall time. Raises contracts.checkpoint.InputError
+    (unusable inputs), AcceptUnavailable, ServingRefused."""
+    draft, target = Path(draft).resolve(), Path(target).resolve()  # the job runs in a directory of its own
+    Checkpoint.open(draft)
+    Checkpoint.open_target(target, require_weights=True)  # with its weights: accept serves the target
+    loop = serving_loop(engine)
     from contracts.engines.environments import environment_for
     from contracts.engines.remote import run_module
 
-    python = environment_for(name, version)
+    python = environment_for(loop.name, loop.version)
     options = {"tokens": tokens, "n_prompts": prompts, "max_tokens": max_tokens, "temperature": temperature}
     start = time.perf_counter()
-    with ThreadPoolExecutor(1) as pool:  # the trainer's expectation runs while vLLM serves
+    with ThreadPoolExecutor(1) as pool:  # the trainer's expectation runs while the engine serves
         expected = pool.submit(trainer_expectation, draft, target, options) if expect and temperature == 0 else None
-        done = run_module(python, "contracts.engines.vllm.acceptance", str(draft), str(target), json.dumps(options))
+        done = run_module(python, loop.job, str(draft), str(target), json.dumps(options))
         expectation = expected.result() if expected is not None else {
             "unavailable": "not asked (--no-expectation)" if not expect else
             "greedy only: at temperature > 0 the draws differ from the engine's, so no like-for-like expectation"}
     wall = time.perf_counter() - start
     if done.returncode != 0:  # outside the engine's own calls: a defect of this suite, never a verdict
-        raise RuntimeError(f"the acceptance job in vLLM {version}'s environment failed: {last_error(done.stderr)}")
+        raise RuntimeError(f"the acceptance job in {loop.label}'s environment failed: {last_error(done.stderr)}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if "refused" in result:
-        raise ServingRefused(f"vLLM {version} did not serve the draft: {result['refused']}")
-    out = {"engine": {"name": "vllm", "version": version}, "runner": "v1",
-           "path": "vLLM Model Runner V1 (the CPU build's runner; a GPU server runs Model Runner V2 by default)",
-           "draft": str(draft), "target": str(target), **result, "seconds_wall": round(wall, 1),
+        raise ServingRefused(f"{loop.label} did not serve the draft: {result['refused']}")
+    out = {"engine": {"name": loop.name, "version": loop.version}, "runner": loop.runner,
+           "path": loop.path, "draft": str(draft), "target": str(target), **result, "seconds_wall": round(wall, 1),
            "trainer_expectation": expectation}
     measured, wanted = result.get("mean_acceptance_length"), expectation.get("mean_acceptance_length")
     if measured is not None and wanted is not None:
@@ -85,14 +120,17 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
         out["noise"] = NOISE
         if out["gap"] > NOISE:
             out["verdict"] = "below the trainer's expectation"
-            out["explained_by"], out["warned_by"] = _explained_by(draft, target, f"vllm=={version}:v1")
+            out["explained_by"], out["warned_by"] = _explained_by(draft, target, loop.check_spec) \
+                if loop.check_spec else ([], [])
+            if not loop.check_spec:
+                out["explained_by_unavailable"] = f"check does not judge {loop.label.split()[0]} yet"
     return out
 
 
 def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
     """The trainer's expectation for DRAFT (``contracts.trainers.expectation``) in the environment of the trainer
     release that saved it, or why there is none."""
-    from contracts.engines.vllm.acceptance import prompts as fixed_prompts
+    from contracts.engines.serving_prompts import prompts as fixed_prompts
     from contracts.trainers.expectation import PROPOSERS
 
     checkpoint = Checkpoint.open(draft)
@@ -155,16 +193,19 @@ def render_text(result: dict) -> str:
     mode = "greedy" if result["temperature"] == 0 else f"temperature {result['temperature']:g}"
     length = result["mean_acceptance_length"]
     if length is None:
-        return (f"{result['draft']}: vLLM {result['engine']['version']} ran no draft round "
+        return (f"{result['draft']}: {_label(result)} ran no draft round "
                 f"({result['generated_tokens']} tokens generated)\n")
     rates = " ".join(f"{r:.2f}" for r in result["acceptance_rate_per_position"])
+    if not rates and result["engine"]["name"] == "llamacpp":
+        rates = "- (llama.cpp counts it only in its trace log)"
     lines = [f"{result['draft']}: mean acceptance length {length:.2f} with {result['num_speculative_tokens']} "
              f"speculative tokens ({mode}; {result['prompts']} prompts x {result['max_tokens']} tokens, "
              f"{result['rounds']} draft rounds, {result['accepted_tokens']} of {result['draft_tokens']} draft tokens "
              f"accepted)",
              f"  acceptance rate per draft position: {rates or '-'}",
-             f"  on {result['path']}, vLLM {result['engine']['version']}; {result['seconds_wall']:.0f} s wall "
-             f"({result['seconds_build']:.0f} s engine start-up)"]
+             f"  on {result['path']}, {_label(result)}; {result['seconds_wall']:.0f} s wall "
+             f"({result['seconds_build']:.0f} s engine start-up"
+             + (f", {result['seconds_convert']:.0f} s converting" if "seconds_convert" in result else "") + ")"]
     expected = result.get("trainer_expectation") or {}
     if expected.get("mean_acceptance_length") is not None:
         lines.append(f"  the trainer's expectation ({expected['trainer']} {expected['version']}'s own modules, the "
@@ -173,9 +214,15 @@ def render_text(result: dict) -> str:
     elif expected.get("unavailable"):
         lines.append(f"  the trainer's expectation: none ({expected['unavailable']})")
     if result.get("verdict"):
-        why = ", ".join(result["explained_by"]) or "no contract fails on this runner"
+        why = ", ".join(result["explained_by"]) or result.get("explained_by_unavailable") or \
+            "no contract fails on this runner"
         lines.append(f"  FAIL: served {result['gap']:.2f} below the trainer's expectation; explained by: {why}")
         lines += [f"  and warned: {w}" for w in result.get("warned_by", [])]
-        if not result["explained_by"] and not result.get("warned_by"):
+        if not result["explained_by"] and not result.get("warned_by") and not result.get("explained_by_unavailable"):
             lines.append("  nothing check says explains it: report it")
     return "\n".join(lines) + "\n"
+
+
+def _label(result: dict) -> str:
+    engine = result["engine"]
+    return f"{ {'vllm': 'vLLM', 'llamacpp': 'llama.cpp'}[engine['name']]} {engine['version']}"

@@ -8,10 +8,10 @@
     eagle3-contracts convert --to sglang|vllm SRC DST --target DIR [--engine E==X] [--trainer T] [--verbatim]
     eagle3-contracts build-tiny --trainer speculators|specforge|modelopt|automodel --out DIR [--target DIR]
                                 (a tiny draft built by the trainer release installed here; `check DIR` judges it)
-    eagle3-contracts accept DRAFT --target DIR [--engine vllm==X] [--tokens 3] [--prompts N] [--temperature T]
-                            [--no-expectation] [--format text|json] [--output FILE]
-                            (acceptance on vLLM's own serving loop, CPU, beside the trainer's expectation;
-                            exit 1 when it falls short of it beyond noise, or vLLM refuses the draft)
+    eagle3-contracts accept DRAFT --target DIR [--engine vllm==X|llamacpp==X] [--tokens 3] [--prompts N]
+                            [--temperature T] [--no-expectation] [--format text|json] [--output FILE]
+                            (acceptance on vLLM's or llama.cpp's own serving loop, CPU, beside the trainer's
+                            expectation; exit 1 when it falls short of it beyond noise, or the engine refuses the draft)
 
 Exit codes: 0 every contract holds (warnings allowed unless --strict; for matrix: at least one engine serves
 the draft as trained; for convert: the engine serves DST as trained), 1 a contract fails (matrix: no engine
@@ -83,12 +83,12 @@ def _parser() -> argparse.ArgumentParser:
                                     "made by transformers into DIR/target)")
     b.add_argument("--no-reference", action="store_true",
                    help="skip the trainer's reference forward (forward-parity is then not judged)")
-    a = sub.add_parser("accept", help="serve the target with the draft on vLLM's own speculative decoding loop (CPU) "
-                                      "and report the measured acceptance")
+    a = sub.add_parser("accept", help="serve the target with the draft on vLLM's or llama.cpp's own speculative "
+                                      "decoding loop (CPU) and report the measured acceptance")
     a.add_argument("draft", help="draft checkpoint directory")
     a.add_argument("--target", required=True, help="target model directory, with its weights")
-    a.add_argument("--engine", default="vllm", help="vllm (its pinned CPU build) or vllm==VERSION (a release with a "
-                                                    "CPU build)")
+    a.add_argument("--engine", default="vllm", help="vllm (its pinned CPU build), vllm==VERSION (a release with a "
+                                                    "CPU build), llamacpp or llamacpp==VERSION (an xllamacpp release)")
     a.add_argument("--runner", choices=("v1", "v2"), help="vLLM model runner; a CPU serves with V1 only")
     a.add_argument("--tokens", type=int, default=3, help="speculative tokens per round (default 3)")
     a.add_argument("--prompts", type=int, default=4, help="number of fixed prompts (default 4)")
@@ -354,8 +354,13 @@ def _run_accept(args) -> int:
 
     if args.tokens < 1 or args.prompts < 1 or args.max_tokens < 1 or args.temperature < 0:
         raise UsageError("accept: --tokens, --prompts and --max-tokens must be at least 1, --temperature at least 0")
-    engine = _with_runner(args.engine, args.runner)
-    _check_engine(engine)
+    if args.engine.partition("==")[0] == "llamacpp":  # a serving loop accept measures; check does not judge it yet
+        if args.runner:
+            raise UsageError("--runner applies to vLLM: llama.cpp has one speculative loop")
+        engine = args.engine
+    else:
+        engine = _with_runner(args.engine, args.runner)
+        _check_engine(engine)
     _guard_output(args.output, [Path(args.draft), Path(args.target)])
     try:
         result = measure(args.draft, args.target, engine=engine, tokens=args.tokens, prompts=args.prompts,

@@ -37,10 +37,19 @@ def convert(draft: Path, target: Path, out_dir: Path) -> dict:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = target_with_tokenizer(Path(target), out_dir)
-    gguf = out_dir / "draft.gguf"
-    cmd = [sys.executable, str(converter_dir() / SCRIPT), str(draft), "--target-model-dir", str(target),
-           "--outfile", str(gguf), "--outtype", "f32"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=out_dir, timeout=TIMEOUT_S, check=False)
+    return _run([str(draft), "--target-model-dir", str(target)], out_dir / "draft.gguf", out_dir)
+
+
+def convert_target(target: Path, out_dir: Path) -> dict:
+    """The target itself as llama.cpp serves it (OUT_DIR/target.gguf; a tokenizer made when it has none)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _run([str(target_with_tokenizer(Path(target), out_dir))], out_dir / "target.gguf", out_dir)
+
+
+def _run(args: list[str], gguf: Path, cwd: Path) -> dict:
+    cmd = [sys.executable, str(converter_dir() / SCRIPT), *args, "--outfile", str(gguf), "--outtype", "f32"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=TIMEOUT_S, check=False)
     log = (done.stderr + done.stdout).splitlines()
     decisions = [m.group(0) for line in log if (m := EAGLE3_LINE.search(line))]
     if done.returncode or not gguf.is_file():

@@ -14,19 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 import time
 
+from contracts.engines.serving_prompts import PROMPT_TOKENS, SEED, prompts
+
 KV_CACHE_BYTES = 256 * 1024 * 1024  # else the CPU worker reserves 92% of host memory
-PROMPT_TOKENS = 16
-SEED = 20261130
-
-
-def prompts(vocab_size: int, n: int, length: int = PROMPT_TOKENS, seed: int = SEED) -> list[list[int]]:
-    """``n`` fixed prompts of target-vocab ids (stdlib random, so every environment draws the same ones)."""
-    rng = random.Random(seed)
-    return [[rng.randrange(vocab_size) for _ in range(length)] for _ in range(n)]
 
 
 def cpu_llm(target_dir: str, draft_dir: str, tokens: int, *, max_model_len: int, max_num_seqs: int = 1, **kwargs):

@@ -1,0 +1,75 @@
+"""``accept --engine llamacpp``: acceptance on llama.cpp's own server (xllamacpp, the GGUFs its release's converter
+writes, its EAGLE-3 loop and counters), beside the trainer's expectation; the converter's and the server's refusals
+are findings (exit 1), what cannot be asked is a usage error (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import FIXTURES, make_copy
+
+from contracts.cli import main
+
+CONVERGED = FIXTURES / "converged"
+RELEASE = "llamacpp==2026.10.11549"
+
+
+def _accept(capsys, tmp_path, draft, *options, code=0, target=CONVERGED / "target") -> dict:
+    out = tmp_path / f"accept-{draft.name}.json"
+    got = main(["accept", str(draft), "--target", str(target), "--engine", RELEASE, "--format", "json",
+                "--output", str(out), *options])
+    assert got == code, capsys.readouterr().err
+    return json.loads(out.read_text())
+
+
+def test_a_converged_draft_is_accepted_on_llamacpps_loop_as_its_trainer_expects(capsys, tmp_path):
+    from contracts.accept import NOISE
+
+    result = _accept(capsys, tmp_path, CONVERGED / "speculators")
+    assert result["engine"] == {"name": "llamacpp", "version": "2026.10.11549"} and result["runner"] is None
+    assert "llama.cpp's server" in result["path"]
+    assert result["rounds"] > 0 and result["mean_acceptance_length"] == 1 + result["accepted_tokens"] / result["rounds"]
+    assert result["mean_acceptance_length"] >= 3.0 and result["generated_tokens"] == 4 * 64
+    assert any("target_layers = [2, 4, 5]" in d for d in result["decisions"])
+    expected = result["trainer_expectation"]
+    assert (expected["trainer"], expected["version"]) == ("speculators", "0.9.0")
+    assert abs(result["gap"]) <= NOISE and "verdict" not in result
+
+
+def test_a_zeroed_d2t_collapses_acceptance_on_llamacpp_as_in_the_trainers_own_forward(capsys, tmp_path):
+    """The converter turns the offsets into absolute ids as they stand: zeroed, draft id i proposes target id i."""
+    draft = make_copy(CONVERGED / "speculators", tmp_path / "zeroed", replace={"d2t": torch.zeros(64, dtype=torch.int64)})
+    result = _accept(capsys, tmp_path, draft)
+    assert result["mean_acceptance_length"] <= 1.2
+    assert result["trainer_expectation"]["mean_acceptance_length"] <= 1.2 and "verdict" not in result
+
+
+def test_a_rope_the_export_changed_is_served_below_the_trainers_expectation_and_no_contract_is_named(capsys, tmp_path):
+    """Model Optimizer's converged draft with its declared rope base changed: its own speculative generation drafts
+    as trained, llama.cpp's converter writes the declared base (``eagle3.rope.freq_base``); the gap is a verdict, and
+    check does not judge llama.cpp yet, so the report says that instead of a contract."""
+    from contracts.accept import NOISE
+
+    draft = make_copy(CONVERGED / "modelopt", tmp_path / "rope", config={"rope_theta": 100.0})
+    result = _accept(capsys, tmp_path, draft, code=1)
+    assert result["gap"] > NOISE and result["verdict"] == "below the trainer's expectation"
+    assert result["explained_by"] == [] and result["explained_by_unavailable"] == "check does not judge llama.cpp yet"
+
+
+def test_the_converters_refusal_is_a_finding_with_its_own_words(capsys):
+    code = main(["accept", str(FIXTURES / "drafts" / "specforge-eagle31-hd32"), "--target",
+                 str(FIXTURES / "targets" / "llama-tiny-hd32"), "--engine", RELEASE, "--no-expectation"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "llama.cpp 2026.10.11549 did not serve the draft: llama.cpp's converter refused the draft: " \
+           "ValueError: Can not map tensor 'fc_norm" in err
+
+
+@pytest.mark.parametrize("args,why", [(["--engine", "llamacpp", "--runner", "v1"], "llama.cpp has one speculative loop"),
+                                      (["--engine", "llamacpp=="], "give a version after '=='")])
+def test_what_llamacpp_cannot_be_asked_is_one_line(capsys, args, why):
+    code = main(["accept", str(CONVERGED / "speculators"), "--target", str(CONVERGED / "target"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and why in err and len(err.strip().splitlines()) == 1
