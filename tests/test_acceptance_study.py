@@ -99,3 +99,21 @@ def test_a_break_is_predicted_only_by_a_root_cause_its_pristine_draft_does_not_h
     assert result["unjudged"] == ["d / head replaced: forward-parity already fails on the pristine draft"]
     assert result["pristine"] == [{"draft": "d", "root_causes": ["hidden-width", "forward-parity"],
                                    "mean_acceptance_length": 3.69, "trainer_expectation": None, "gap": None}]
+
+
+def test_the_loop_beside_is_compared_collapse_for_collapse_and_each_parting_named():
+    from contracts.tables.acceptance_study import beside_agreement
+
+    def row(brk, ours, theirs):
+        r = _row(brk, ours, [])
+        r["acceptance_beside"] = {"refused": "llama.cpp 2026.10.11549 did not serve the draft: x"} \
+            if theirs is None else {"mean_acceptance_length": theirs}
+        return r
+
+    rows = [row("pristine", 3.9, 3.8), row("d2t zeroed", 1.03, 1.03), row("aux ids one layer off", 3.9, 1.2),
+            row("layer under a dropped prefix", 1.0, None), row("norm flipped", 3.85, 3.79)]
+    unmeasured = row("d2t missing", 1.0, 1.0)
+    unmeasured["acceptance_beside"] = {"error": "the acceptance job failed"}
+    result = beside_agreement([*rows, unmeasured])
+    assert (result["variants"], result["same"]) == (4, 3)
+    assert result["parted"] == ["d / aux ids one layer off: the other collapses, vLLM holds"]

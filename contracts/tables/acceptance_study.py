@@ -4,10 +4,12 @@ For every draft trained to convergence (fixtures/converged/, ``bundled.converged
 a copy with the break that contract exists for, it records the static verdicts (``check`` on the release's default
 path and on the runner ``accept`` serves with) and the mean acceptance length ``accept`` measures on vLLM's own
 speculative decoding loop. The agreement is stated as a figure: every variant with a root-cause failure and its
-measured drop from the pristine draft; every all-pass and its gap to the pristine draft.
+measured drop from the pristine draft; every all-pass and its gap to the pristine draft. ``--beside llamacpp[==X]``
+measures every variant on llama.cpp's own loop too (``accept --engine llamacpp``: its converter and its server), a
+column beside vLLM's: where two engines' loops part on the same broken copy, the cause is in one of them.
 
-    python -m contracts.tables.acceptance_study [--engine vllm==0.32.0] [--output docs/acceptance.md] [--json FILE]
-                                         (run by `tox -e acceptance`)
+    python -m contracts.tables.acceptance_study [--engine vllm==0.32.0] [--beside llamacpp] [--output docs/acceptance.md]
+                                         [--json FILE]   (run by `tox -e acceptance`)
 """
 
 from __future__ import annotations
@@ -155,11 +157,29 @@ def _verdict(subject) -> dict:
             "skipped": [r["contract"] for r in results if r["status"] == "skip"]}
 
 
-def study(engine: str = "vllm==0.32.0", breaks: list[Break] = BREAKS, drafts: list[str] | None = None) -> dict:
-    """Every converged draft x break: verdicts (default path, the accept runner) and measured acceptance."""
+def _measured(copy: Path, target: Path, engine: str, expect: bool) -> dict:
+    """What ``accept`` measures for one variant on ENGINE: its figures, the engine's refusal, or the job's error."""
+    from contracts.accept import ServingRefused, measure
+
+    try:
+        measured = measure(copy, target, engine=engine, expect=expect)
+    except ServingRefused as e:
+        return {"refused": str(e)}
+    except RuntimeError as e:  # the measuring job itself failed: recorded, never counted
+        return {"error": str(e)[:300]}
+    out = {k: measured[k] for k in ("mean_acceptance_length", "acceptance_rate_per_position", "rounds",
+                                    "accepted_tokens", "draft_tokens", "seconds_wall")}
+    if expect:
+        out["trainer_expectation"] = measured["trainer_expectation"]
+    return out
+
+
+def study(engine: str = "vllm==0.32.0", breaks: list[Break] = BREAKS, drafts: list[str] | None = None,
+          beside: str | None = None) -> dict:
+    """Every converged draft x break: verdicts (default path, the accept runner) and measured acceptance; with
+    BESIDE (``llamacpp[==X]``), each variant measured on that engine's loop too."""
     from dataclasses import replace
 
-    from contracts.accept import ServingRefused, measure
     from contracts.bundled import converged_subjects
 
     rows, start = [], time.perf_counter()
@@ -175,22 +195,20 @@ def study(engine: str = "vllm==0.32.0", breaks: list[Break] = BREAKS, drafts: li
                 row = {"draft": base.name, "break": brk.name, "contract": brk.contract, "what": brk.what}
                 for key, spec in (("verdict", engine), ("verdict_v1", f"{engine}:v1")):
                     row[key] = _verdict(replace(base, checkpoint_path=copy, engine=spec))
-                try:
-                    measured = measure(copy, base.target_path, engine=f"{engine}:v1",
-                                       expect=brk.name == "pristine")  # the trainer's intent: its pristine draft
-                    row["acceptance"] = {k: measured[k] for k in (
-                        "mean_acceptance_length", "acceptance_rate_per_position", "rounds", "accepted_tokens",
-                        "draft_tokens", "seconds_wall")}
-                    if brk.name == "pristine":
-                        row["trainer_expectation"] = measured["trainer_expectation"]
-                except ServingRefused as e:
-                    row["acceptance"] = {"refused": str(e)}
-                except RuntimeError as e:  # the measuring job itself failed: recorded, never counted
-                    row["acceptance"] = {"error": str(e)[:300]}
+                # the trainer's intent: its pristine draft
+                row["acceptance"] = _measured(copy, base.target_path, f"{engine}:v1", brk.name == "pristine")
+                if "trainer_expectation" in row["acceptance"]:
+                    row["trainer_expectation"] = row["acceptance"].pop("trainer_expectation")
+                if beside:
+                    row["acceptance_beside"] = _measured(copy, base.target_path, beside, False)
                 rows.append(row)
                 print(_line(row), file=sys.stderr, flush=True)
-    return {"engine": engine, "rows": rows, "drop": DROP, "seconds": round(time.perf_counter() - start, 1),
-            "agreement": agreement(rows)}
+    doc = {"engine": engine, "rows": rows, "drop": DROP, "seconds": round(time.perf_counter() - start, 1),
+           "agreement": agreement(rows)}
+    if beside:
+        doc["beside"] = beside
+        doc["beside_agreement"] = beside_agreement(rows)
+    return doc
 
 
 def _length(row: dict) -> float | None:
@@ -245,6 +263,41 @@ def agreement(rows: list[dict]) -> dict:
     return out
 
 
+def beside_agreement(rows: list[dict]) -> dict:
+    """Where the other engine's loop collapses (more than DROP below its own pristine draft, or refused) on the same
+    variants as vLLM's, and each variant where the two part."""
+    def collapsed(row, key, base):
+        length = row[key].get("mean_acceptance_length")
+        return length is None or length < base[key]["mean_acceptance_length"] - DROP
+
+    pristine = {r["draft"]: r for r in rows if r["break"] == "pristine"}
+    out = {"variants": 0, "same": 0, "parted": []}
+    for r in rows:
+        base = pristine.get(r["draft"])
+        if r["break"] == "pristine" or base is None or any(
+                x.get("error") or (x.get("mean_acceptance_length") is None)
+                for x in (base["acceptance"], base["acceptance_beside"])) or \
+                r["acceptance"].get("error") or r["acceptance_beside"].get("error"):
+            continue
+        out["variants"] += 1
+        ours, theirs = collapsed(r, "acceptance", base), collapsed(r, "acceptance_beside", base)
+        if ours == theirs:
+            out["same"] += 1
+        else:
+            out["parted"].append(f"{r['draft']} / {r['break']}: " + (
+                "vLLM collapses, the other holds" if ours else "the other collapses, vLLM holds"))
+    return out
+
+
+def _fmt_beside(row: dict) -> str:
+    got = row.get("acceptance_beside") or {}
+    if got.get("error"):
+        return "not measured"
+    if "refused" in got:
+        return "refused: " + got["refused"].split("did not serve the draft: ", 1)[-1][:120].replace("|", "/")
+    return f"{got['mean_acceptance_length']:.2f}"
+
+
 def _fmt_length(row: dict) -> str:
     if row["acceptance"].get("error"):
         return "not measured"
@@ -267,17 +320,19 @@ def _line(row: dict) -> str:
 
 def render_markdown(doc: dict) -> str:
     a = doc["agreement"]
+    beside = doc.get("beside")
     lines = [
         "| draft | break | contract it exists for | verdict (default path: "
         f"{doc['engine']}, Model Runner V2) | verdict (Model Runner V1, the loop measured) | mean acceptance length "
-        "| drop from pristine |",
-        "|---|---|---|---|---|---|---|",
+        "| drop from pristine |" + (f" {beside}'s loop (not judged by check yet) |" if beside else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if beside else ""),
     ]
     for r in doc["rows"]:
         drop = "" if r["break"] == "pristine" else "not counted" if "measured_drop" not in r else (
             "refused" if r["measured_drop"] is None else f"{r['measured_drop']:+.2f}")
         lines.append(f"| {r['draft']} | {r['break']} | {r['contract']} | {_fmt_verdict(r['verdict'])} | "
-                     f"{_fmt_verdict(r['verdict_v1'])} | {_fmt_length(r)} | {drop} |")
+                     f"{_fmt_verdict(r['verdict_v1'])} | {_fmt_length(r)} | {drop} |"
+                     + (f" {_fmt_beside(r)} |" if beside else ""))
     lines += ["", f"Agreement: {a['agree']} of {a['variants']} broken variants (a root-cause failure on the runner "
               f"measured that the pristine draft does not have, exactly where acceptance dropped by more than "
               f"{doc['drop']} or the engine refused to serve)" + (f"; {len(a['unjudged'])} not counted" if a.get("unjudged") else "") +
@@ -291,6 +346,11 @@ def render_markdown(doc: dict) -> str:
                      f"{expected}")
     lines += [f"- disagreement: {d}" for d in a["disagreements"]]
     lines += [f"- not counted: {u}" for u in a.get("unjudged", [])]
+    if beside:
+        b = doc["beside_agreement"]
+        lines += ["", f"{beside}'s loop collapses (more than {doc['drop']} below its own pristine draft, or refused) "
+                  f"on the same variants as vLLM's in {b['same']} of {b['variants']}."]
+        lines += [f"- parted: {p}" for p in b["parted"]]
     return "\n".join(lines) + "\n"
 
 
@@ -309,10 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contracts.tables.acceptance_study")
     parser.add_argument("--engine", default="vllm==0.32.0")
     parser.add_argument("--draft", action="append", help="only this converged draft (repeatable)")
+    parser.add_argument("--beside", help="measure every variant on this engine's loop too (llamacpp or llamacpp==X)")
     parser.add_argument("--output", type=Path, help="a markdown file whose study markers receive the table")
     parser.add_argument("--json", type=Path, help="the rows as JSON")
     args = parser.parse_args(argv)
-    doc = study(args.engine, drafts=args.draft)
+    doc = study(args.engine, drafts=args.draft, beside=args.beside)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
     if args.output:
