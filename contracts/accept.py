@@ -192,6 +192,10 @@ def last_error(stderr: str) -> str:
 def render_text(result: dict) -> str:
     mode = "greedy" if result["temperature"] == 0 else f"temperature {result['temperature']:g}"
     length = result["mean_acceptance_length"]
+    if length is None and result.get("unavailable"):
+        return (f"{result['draft']}: no mean acceptance length from {_label(result)}: {result['unavailable']} "
+                f"({result['accepted_tokens']} of {result['draft_tokens']} draft tokens accepted, "
+                f"{result['generated_tokens']} tokens generated)\n")
     if length is None:
         return (f"{result['draft']}: {_label(result)} ran no draft round "
                 f"({result['generated_tokens']} tokens generated)\n")

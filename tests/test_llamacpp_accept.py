@@ -31,6 +31,8 @@ def test_a_converged_draft_is_accepted_on_llamacpps_loop_as_its_trainer_expects(
     assert result["engine"] == {"name": "llamacpp", "version": "2026.10.11549"} and result["runner"] is None
     assert "llama.cpp's server" in result["path"]
     assert result["rounds"] > 0 and result["mean_acceptance_length"] == 1 + result["accepted_tokens"] / result["rounds"]
+    assert result["response_draft_counters"] == {"draft_n": result["draft_tokens"],
+                                                 "draft_n_accepted": result["accepted_tokens"]}
     assert result["mean_acceptance_length"] >= 3.0 and result["generated_tokens"] == 4 * 64
     assert any("target_layers = [2, 4, 5]" in d for d in result["decisions"])
     expected = result["trainer_expectation"]
@@ -73,3 +75,15 @@ def test_what_llamacpp_cannot_be_asked_is_one_line(capsys, args, why):
     code = main(["accept", str(CONVERGED / "speculators"), "--target", str(CONVERGED / "target"), *args])
     err = capsys.readouterr().err
     assert code == 2 and why in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_release_whose_metrics_count_no_verification_steps_says_so_instead_of_a_length(capsys, tmp_path):
+    """xllamacpp 2026.8.10229 (the first that converts ``norm_before_fc``) serves the draft, and its responses count
+    drafted and accepted tokens, but nothing counts the verification steps a mean length divides by."""
+    out = tmp_path / "accept.json"
+    code = main(["accept", str(CONVERGED / "speculators"), "--target", str(CONVERGED / "target"), "--engine",
+                 "llamacpp==2026.8.10229", "--no-expectation", "--prompts", "2", "--format", "json", "--output", str(out)])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads(out.read_text())
+    assert result["mean_acceptance_length"] is None and "spec_decode_num_drafts_total" in result["unavailable"]
+    assert 0 < result["accepted_tokens"] <= result["draft_tokens"]

