@@ -69,6 +69,18 @@ def test_the_converters_refusal_is_a_finding_with_its_own_words(capsys):
            "ValueError: Can not map tensor 'fc_norm" in err
 
 
+def test_a_draft_without_d2t_is_refused_by_llamacpps_loader_with_the_cause_it_logs(capsys, tmp_path):
+    """Without d2t llama.cpp takes the draft's vocabulary for the target's (512) and its loader refuses the 64-row
+    head: the refusal carries the first error llama.cpp logged, not only xllamacpp's generic one."""
+    draft = make_copy(CONVERGED / "speculators", tmp_path / "no-d2t", remove=["d2t"])
+    code = main(["accept", str(draft), "--target", str(CONVERGED / "target"), "--engine", RELEASE, "--no-expectation",
+                 "--prompts", "1"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Failed to init server" in err
+    assert "(llama_model_load: error loading model: check_tensor_dims: tensor 'output.weight' has wrong shape; " \
+           "expected 64, 512, got 64, 64, 1, 1)" in err
+
+
 @pytest.mark.parametrize("args,why", [(["--engine", "llamacpp", "--runner", "v1"], "llama.cpp has one speculative loop"),
                                       (["--engine", "llamacpp=="], "give a version after '=='")])
 def test_what_llamacpp_cannot_be_asked_is_one_line(capsys, args, why):
