@@ -144,38 +144,29 @@ def _pip_env() -> dict:
 def release_wheel(engine: str, version: str) -> Path:
     """The release's wheel (downloaded once, ``--no-deps``, into the environments' wheel cache): its files, for
     ``contracts.tables.compatibility``'s comparison of post releases' EAGLE-3 code."""
-    target = wheels_dir()
-    target.mkdir(parents=True, exist_ok=True)
-    stem = PACKAGE[engine].replace("-", "_")
-    found = sorted(target.glob(f"{stem}-{version}-*.whl"))
-    if found:
-        return found[0]
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                           "-d", str(target), f"{PACKAGE[engine]}=={version}"], capture_output=True, text=True,
-                          check=False, env=_pip_env())
-    found = sorted(target.glob(f"{stem}-{version}-*.whl"))
-    if done.returncode or not found:
-        last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise ReleaseNotFound(f"no wheel of {PACKAGE[engine]}=={version} on the package index ({last})")
-    return found[0]
+    return _download(engine, version, "--only-binary=:all:", "-*.whl", "wheel")
 
 
 def release_sdist(engine: str, version: str) -> Path:
     """The release's source distribution (downloaded once into the environments' wheel cache): llama.cpp's
     converter and gguf-py come from the tree inside it, the one its wheel was built from."""
+    return _download(engine, version, "--no-binary=:all:", ".tar.gz", "source release")
+
+
+def _download(engine: str, version: str, kind_flag: str, suffix: str, what: str) -> Path:
     target = wheels_dir()
     target.mkdir(parents=True, exist_ok=True)
-    stem = PACKAGE[engine].replace("-", "_")
-    found = sorted(target.glob(f"{stem}-{version}.tar.gz"))
+    pattern = f"{PACKAGE[engine].replace('-', '_')}-{version}{suffix}"
+    found = sorted(target.glob(pattern))
     if found:
         return found[0]
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary=:all:",
-                           "-d", str(target), f"{PACKAGE[engine]}=={version}"],
-                          capture_output=True, text=True, check=False, env=_pip_env())
-    found = sorted(target.glob(f"{stem}-{version}.tar.gz"))
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", kind_flag,
+                           "-d", str(target), f"{PACKAGE[engine]}=={version}"], capture_output=True, text=True,
+                          check=False, env=_pip_env())
+    found = sorted(target.glob(pattern))
     if done.returncode or not found:
         last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise ReleaseNotFound(f"no source release of {PACKAGE[engine]}=={version} on the package index ({last})")
+        raise ReleaseNotFound(f"no {what} of {PACKAGE[engine]}=={version} on the package index ({last})")
     return found[0]
 
 

@@ -294,7 +294,7 @@ def _fmt_beside(row: dict) -> str:
     if got.get("error"):
         return "not measured"
     if "refused" in got:
-        return "refused: " + got["refused"].split("did not serve the draft: ", 1)[-1][:120].replace("|", "/")
+        return "refused: " + got["refused"].split("did not serve the draft: ", 1)[-1][:240].replace("|", "/")
     return f"{got['mean_acceptance_length']:.2f}"
 
 
