@@ -160,15 +160,16 @@ def _verdict(subject) -> dict:
 def _measured(copy: Path, target: Path, engine: str, expect: bool) -> dict:
     """What ``accept`` measures for one variant on ENGINE: its figures, the engine's refusal, or the job's error."""
     from contracts.accept import ServingRefused, measure
+    from contracts.engines.environments import EnvironmentBuildError
 
     try:
         measured = measure(copy, target, engine=engine, expect=expect)
     except ServingRefused as e:
         return {"refused": str(e)}
-    except RuntimeError as e:  # the measuring job itself failed: recorded, never counted
+    except (RuntimeError, EnvironmentBuildError) as e:  # the job or its environment failed: recorded, never counted
         return {"error": str(e)[:300]}
     out = {k: measured[k] for k in ("mean_acceptance_length", "acceptance_rate_per_position", "rounds",
-                                    "accepted_tokens", "draft_tokens", "seconds_wall")}
+                                    "accepted_tokens", "draft_tokens", "seconds_wall", "unavailable") if k in measured}
     if expect:
         out["trainer_expectation"] = measured["trainer_expectation"]
     return out
@@ -295,6 +296,8 @@ def _fmt_beside(row: dict) -> str:
         return "not measured"
     if "refused" in got:
         return "refused: " + got["refused"].split("did not serve the draft: ", 1)[-1][:240].replace("|", "/")
+    if got.get("mean_acceptance_length") is None:
+        return f"no length ({got.get('unavailable') or 'no draft round'})"
     return f"{got['mean_acceptance_length']:.2f}"
 
 

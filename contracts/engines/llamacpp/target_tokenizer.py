@@ -2,8 +2,8 @@
 GGUF, and a GGUF without one does not load), made locally for a target that has none: the bundled tiny targets
 are weights and a config only, and nothing is downloaded.
 
-A SentencePiece word model over the words ``t0`` ... ``t<vocab-1>`` (``<unk>``, ``<s>``, ``</s>`` at the target's
-ids 0, 1, 2), trained from a fixed corpus with one thread: the same file on every run. What the tokenizer says
+A SentencePiece word model: ``<unk>``, ``<s>``, ``</s>`` at ids 0, 1, 2 (the tiny targets' own) and the words
+``t3`` ... ``t<vocab-1>``, trained from a fixed corpus with one thread: the same file on every run. What the tokenizer says
 does not reach any contract: the checks feed token ids, never text.
 """
 
@@ -28,8 +28,8 @@ def sentencepiece_model(vocab_size: int) -> bytes:
 
     words = [f"t{i}" for i in range(3, vocab_size)]
     rng = random.Random(0)
-    lines = [" ".join(rng.sample(words, min(20, len(words)))) for _ in range(max(400, 2 * vocab_size // 20 + 1))]
-    lines.append(" ".join(words))  # every word at least once
+    lines = [" ".join(rng.sample(words, min(20, len(words)))) for _ in range(400)]
+    lines += [" ".join(words[i:i + 200]) for i in range(0, len(words), 200)]  # every word, in sentences SP accepts
     out = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=out, vocab_size=vocab_size,
                                    model_type="word", unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
