@@ -170,27 +170,29 @@ def _download(engine: str, version: str, kind_flag: str, suffix: str, what: str)
     return found[0]
 
 
-def sdist_text(sdist: Path, member: str) -> str | None:
-    """The text of MEMBER (a path below the source release's top folder), None when absent."""
+def sdist_requirements(engine: str, version: str, member: str) -> list[str]:
+    """The requirement lines (markers kept) of a pip requirements file inside the release's source distribution,
+    its ``-r`` includes followed and option lines such as ``--extra-index-url`` left out; read once (the archive is
+    scanned whole) and cached beside the environments, as ``distribution_metadata`` caches a wheel's."""
+    import json
     import tarfile
 
-    with tarfile.open(sdist) as tar:
-        top = tar.getnames()[0].split("/")[0]
-        try:
-            handle = tar.extractfile(f"{top}/{member}")
-        except KeyError:
-            return None
-        return None if handle is None else handle.read().decode()
+    cache = wheels_dir() / "metadata" / f"{PACKAGE[engine]}-{version}-sdist-requirements.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    with tarfile.open(release_sdist(engine, version)) as tar:
+        files = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if m.isfile() and "/" in m.name}
+        lines = _requirement_lines(lambda name: tar.extractfile(files[name]).read().decode()
+                                   if name in files else None, member, ())
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(lines))
+    return lines
 
 
-def requirement_file(sdist: Path, member: str, seen: tuple[str, ...] = ()) -> list:
-    """The requirements of a pip requirements file inside the source release (its ``-r`` includes followed, option
-    lines such as ``--extra-index-url`` left out), those whose markers hold on this platform."""
+def _requirement_lines(read, member: str, seen: tuple[str, ...]) -> list[str]:
     import posixpath
 
-    from packaging.requirements import Requirement
-
-    text = sdist_text(sdist, member)
+    text = read(member)
     if text is None or member in seen:
         return []
     out = []
@@ -200,11 +202,9 @@ def requirement_file(sdist: Path, member: str, seen: tuple[str, ...] = ()) -> li
             continue
         if line.startswith("-r"):
             included = posixpath.normpath(posixpath.join(posixpath.dirname(member), line[2:].strip()))
-            out += requirement_file(sdist, included, (*seen, member))
+            out += _requirement_lines(read, included, (*seen, member))
         elif not line.startswith("-"):
-            r = Requirement(line)
-            if r.marker is None or r.marker.evaluate():
-                out.append(r)
+            out.append(line)
     return out
 
 
@@ -213,8 +213,10 @@ def derive_llamacpp(version: str) -> Recipe:
     ``requirements/requirements-convert_hf_to_gguf.txt`` in the release's source distribution), torch replaced by the
     CPU wheel and ``gguf`` by the tree's own gguf-py (the index's gguf does not know EAGLE-3), which the environment
     builder installs from the tree with the converter beside it; the xllamacpp wheel itself has no dependencies."""
-    sdist = release_sdist("llamacpp", version)
-    reqs = requirement_file(sdist, f"{LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}")
+    from packaging.requirements import Requirement
+
+    lines = sdist_requirements("llamacpp", version, f"{LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}")
+    reqs = [r for r in map(Requirement, lines) if r.marker is None or r.marker.evaluate()]
     if not reqs:
         raise ReleaseNotFound(f"xllamacpp=={version}'s source release has no {LLAMACPP_TREE}/"
                               f"{LLAMACPP_CONVERTER_REQUIREMENTS}: no llama.cpp converter to run")
