@@ -7,8 +7,8 @@ acceptance length (1 + accepted tokens per draft round) and the acceptance rate 
 vLLM serves with Model Runner V1 (V2, a GPU server's default, runs Triton kernels only), and the report says so.
 ``--engine llamacpp[==X]`` measures llama.cpp's server instead (``contracts.engines.llamacpp.acceptance``: the GGUFs
 the release's own converter writes, its EAGLE-3 loop, its counters), a loop that runs on a CPU as it does on a GPU;
-``check`` does not judge llama.cpp yet, so a gap there names no contract. SGLang's serving loop does not run on a CPU (its EAGLE worker's draft attention needs a GPU), so it is refused
-with that reason.
+``check`` does not judge llama.cpp yet, so a gap there names no contract. SGLang's serving loop does not run on a CPU
+(its EAGLE worker's draft attention needs a GPU), so it is refused with that reason.
 
 Beside the measurement stands the trainer's expectation (``contracts.trainers.expectation``, in the trainer
 release's own environment, run while vLLM serves): the same prompts decoded greedily with the draft computed by the
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
+from contracts.engine_spec import ENGINE_NAMES
 
 # How far vLLM's measured mean acceptance length may sit from the trainer's expectation before it is a verdict. Both
 # decode the same prompts greedily; they differ only by float rounding (vLLM's kernels vs transformers), which flips
@@ -66,7 +67,8 @@ def serving_loop(engine: str) -> ServingLoop:
         if sep and not version:
             raise AcceptUnavailable(f"{engine!r}: give a version after '=='")
         version = version or LLAMACPP_PINNED
-        return ServingLoop("llamacpp", version, "contracts.engines.llamacpp.acceptance", f"llama.cpp {version}",
+        return ServingLoop("llamacpp", version, "contracts.engines.llamacpp.acceptance",
+                           f"{ENGINE_NAMES['llamacpp']} {version}",
                            f"llama.cpp's server (xllamacpp {version}): the GGUFs its own converter writes, its EAGLE-3 "
                            "speculative loop on ggml's CPU backend (the loop a GPU build runs)", None)
     spec = canonical(engine)
@@ -79,7 +81,7 @@ def serving_loop(engine: str) -> ServingLoop:
         raise AcceptUnavailable("accept: vLLM's Model Runner V2 (a GPU server's default) runs its batch preparation and "
                                 "speculator kernels in Triton only, which a CPU lacks; accept measures Model Runner V1, "
                                 "the CPU build's runner (--runner v1, the default here)")
-    return ServingLoop("vllm", version, "contracts.engines.vllm.acceptance", f"vLLM {version}",
+    return ServingLoop("vllm", version, "contracts.engines.vllm.acceptance", f"{ENGINE_NAMES['vllm']} {version}",
                        "vLLM Model Runner V1 (the CPU build's runner; a GPU server runs Model Runner V2 by default)",
                        f"vllm=={version}:v1", runner="v1")
 
@@ -120,10 +122,11 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
         out["noise"] = NOISE
         if out["gap"] > NOISE:
             out["verdict"] = "below the trainer's expectation"
-            out["explained_by"], out["warned_by"] = _explained_by(draft, target, loop.check_spec) \
-                if loop.check_spec else ([], [])
-            if not loop.check_spec:
-                out["explained_by_unavailable"] = f"check does not judge {loop.label.split()[0]} yet"
+            if loop.check_spec:
+                out["explained_by"], out["warned_by"] = _explained_by(draft, target, loop.check_spec)
+            else:
+                out["explained_by"], out["warned_by"] = [], []
+                out["explained_by_unavailable"] = f"check does not judge {ENGINE_NAMES[loop.name]} yet"
     return out
 
 
@@ -199,9 +202,9 @@ def render_text(result: dict) -> str:
     if length is None:
         return (f"{result['draft']}: {_label(result)} ran no draft round "
                 f"({result['generated_tokens']} tokens generated)\n")
-    rates = " ".join(f"{r:.2f}" for r in result["acceptance_rate_per_position"])
-    if not rates and result["engine"]["name"] == "llamacpp":
-        rates = "- (llama.cpp counts it only in its trace log)"
+    rates = " ".join(f"{r:.2f}" for r in result["acceptance_rate_per_position"]) or \
+        (f"- ({result['acceptance_rate_per_position_unavailable']})"
+         if result.get("acceptance_rate_per_position_unavailable") else "")
     lines = [f"{result['draft']}: mean acceptance length {length:.2f} with {result['num_speculative_tokens']} "
              f"speculative tokens ({mode}; {result['prompts']} prompts x {result['max_tokens']} tokens, "
              f"{result['rounds']} draft rounds, {result['accepted_tokens']} of {result['draft_tokens']} draft tokens "
@@ -228,5 +231,4 @@ def render_text(result: dict) -> str:
 
 
 def _label(result: dict) -> str:
-    engine = result["engine"]
-    return f"{ {'vllm': 'vLLM', 'llamacpp': 'llama.cpp'}[engine['name']]} {engine['version']}"
+    return f"{ENGINE_NAMES[result['engine']['name']]} {result['engine']['version']}"

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 ENGINES = ("sglang", "vllm")
-ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}  # how reports write each engine
+# how reports write each engine (llama.cpp: measured by ``accept``, not yet an ``--engine`` of check)
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "llamacpp": "llama.cpp"}
 # vLLM is never installed beside the suite (its CPU build pins its own torch and transformers): a bare
 # ``vllm`` means this release, in its own environment.
 VLLM_PINNED = "0.32.0"

@@ -107,8 +107,8 @@ def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int 
             cause = first_error(log.read_text(errors="replace")) if log.is_file() else None
             return {"refused": f"{type(e).__name__}: {str(e)[:300]}" + (f" ({cause[:300]})" if cause else "")}
     done = time.perf_counter()
-    out = {"acceptance_rate_per_position": [],  # llama.cpp counts acceptance per position only in its trace log
-           "response_draft_counters": timings}
+    out = {"acceptance_rate_per_position": [], "response_draft_counters": timings,
+           "acceptance_rate_per_position_unavailable": "llama.cpp counts it only in its trace log"}
     if counters:
         rounds, accepted = counters.get("drafts", 0), counters.get("accepted_tokens", 0)
         out.update(mean_acceptance_length=(1 + accepted / rounds) if rounds else None, rounds=rounds,
