@@ -55,10 +55,11 @@ def hf_indices(trainer: str, ids: list[int]) -> list[int]:
 # the part the switch governs (read off the engine's own parameter names; None: no engine has such a part).
 MODELOPT_SWITCHES = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
                      "next_layer_regular")
+# (engine parameter names: SGLang's and vLLM's module names, llama.cpp's GGUF tensor names)
 GOVERNED_PART = {
-    "use_last_layernorm": lambda name: name in ("model.norm.weight", "norm.weight"),
+    "use_last_layernorm": lambda name: name in ("model.norm.weight", "norm.weight", "output_norm.weight"),
     "use_input_layernorm_in_first_layer": lambda name: name.endswith(
-        ("layers.0.input_layernorm.weight", "midlayer.input_layernorm.weight")),
+        ("layers.0.input_layernorm.weight", "midlayer.input_layernorm.weight", "blk.0.attn_norm.weight")),
     "use_mtp_layernorm": None,
 }
 ONE_LAYER_ONLY = ("next_layer_regular",)  # describes draft layers after the first: no effect on a one-layer draft

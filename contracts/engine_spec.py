@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-ENGINES = ("sglang", "vllm")
-# how reports write each engine (llama.cpp: measured by ``accept``, not yet an ``--engine`` of check)
+ENGINES = ("sglang", "vllm", "llamacpp")
+# how reports write each engine
 ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "llamacpp": "llama.cpp"}
 # vLLM is never installed beside the suite (its CPU build pins its own torch and transformers): a bare
 # ``vllm`` means this release, in its own environment.
 VLLM_PINNED = "0.32.0"
+# llama.cpp is its xllamacpp wheel, in its own environment like vLLM: a bare ``llamacpp`` means this release (the
+# newest on the index that serves EAGLE-3)
+LLAMACPP_PINNED = "2026.10.11549"
+PINNED = {"vllm": VLLM_PINNED, "llamacpp": LLAMACPP_PINNED}
 # The code paths an engine release can serve a draft on, asked for with a ``:PATH`` suffix (``vllm==0.32.0:v1``,
 # ``--runner v1``); without one, the path a GPU deployment of that release takes by default, found from the
 # release's own code (contracts.engines.vllm.runners, contracts.engines.sglang.workers).
@@ -37,7 +41,7 @@ class EngineSpec:
         name, sep, version = base.partition("==")
         if name not in ENGINES:
             raise EngineSpecError(f"unsupported engine {name!r} (supported: sglang, sglang==VERSION, vllm, "
-                                  f"vllm==VERSION)")
+                                  f"vllm==VERSION, llamacpp, llamacpp==VERSION)")
         if sep and not version:
             raise EngineSpecError(f"{spec!r}: give a version after '=='")
         if runner is not None and runner not in RUNNERS.get(name, ()):
@@ -53,7 +57,7 @@ class EngineSpec:
 
     def canonical(self) -> "EngineSpec":
         """As reports and caches know it: ``vllm`` is ``vllm==<pinned>``; a runner asked for stays."""
-        return replace(self, version=VLLM_PINNED) if self.name == "vllm" and self.version is None else self
+        return replace(self, version=PINNED[self.name]) if self.name in PINNED and self.version is None else self
 
     def release(self) -> "EngineSpec":
         """The release without a runner (one environment and one worker serve both runners)."""

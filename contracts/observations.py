@@ -18,6 +18,13 @@ class Observation:
         return asdict(self)
 
 
+class SurfaceObservation(Observation, dict):
+    """An engine release's EAGLE-3 contract surface as a plain dict (``to_dict`` returns it)."""
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+
 @dataclass
 class LoadCall:
     """One call the engine's ``load_weights`` made into a parameter's weight loader."""

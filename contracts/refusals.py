@@ -30,6 +30,7 @@ REFUSED = "the engine cannot build this draft"
 DRAFT_ARCHITECTURE_FIX = ('write architectures: ["LlamaForCausalLMEagle3"] in config.json (a speculators checkpoint, or '
                           "NeMo Automodel's LlamaEagle3DraftModel: eagle3-contracts convert --to sglang|vllm SRC DST)")
 _MISSING_CONFIG_KEY = re.compile(r"'(\w*Config\w*)' object has no attribute '(\w+)'")
+_UNMAPPED_TENSOR = re.compile(r"Can not map tensor '([^']+)'")  # llama.cpp's converter
 _UNKNOWN_ARCH = ("not a registered model", "are not supported", "not supported for now", "Model architectures")
 
 
@@ -57,5 +58,10 @@ def fix_for_refusal(engine_error: str, config: dict, tensors: dict) -> str:
                 f"the draft and has no default for it")
     if any(marker in engine_error for marker in _UNKNOWN_ARCH):
         return DRAFT_ARCHITECTURE_FIX
+    unmapped = _UNMAPPED_TENSOR.search(engine_error)
+    if unmapped:
+        return (f"the converter has no place for `{unmapped.group(1)}` in the draft it builds: remove the tensor if the "
+                f"draft does not use it, or serve the draft with an engine that implements it; a config the converter "
+                f"does not take for an EAGLE-3 draft is converted as a plain model, which has no place for d2t")
     return ("make config.json describe a draft this engine builds: the engine's own error (engine_error) names "
             "what it could not read")

@@ -18,6 +18,11 @@ def exit_code(reports: list[dict], strict: bool = False) -> int:
     return 1 if FAIL in statuses or (strict and WARN in statuses) else 0
 
 
+# how a report says that the path judged is the default one, per kind of path (vLLM's runners, SGLang's workers,
+# llama.cpp's one speculative loop)
+DEFAULT_NOTE = {"runner": "the GPU default", "worker": "its default worker", "loop": "its only EAGLE-3 path"}
+
+
 def path_label(rep: dict) -> str:
     """The code path a report judged, said as users deploy it: "Model Runner V2 (the GPU default)", "EAGLEWorkerV2
     (its default worker)", or "Model Runner V1 (asked for; a GPU deployment runs Model Runner V2)"."""
@@ -25,7 +30,7 @@ def path_label(rep: dict) -> str:
     if not p.get("label"):
         return "path unknown" + (f" ({p['why_unknown'][:120]})" if p.get("why_unknown") else "")
     if p["is_default"]:
-        return f"{p['label']} ({'the GPU default' if p['kind'] == 'runner' else 'its default worker'})"
+        return f"{p['label']} ({DEFAULT_NOTE.get(p['kind'], 'the default')})"
     return f"{p['label']} (asked for; a GPU deployment runs {p.get('default_label') or p['default']})"
 
 

@@ -96,20 +96,23 @@ class Subject:
 
     @cached_property
     def _load(self):
-        from contracts.engines.errors import EngineBuildError
+        from contracts.engines.errors import EngineBuildError, TargetBuildError
 
         try:
             return self.adapter.load(self.engine_dir, self.target_path, runner=self.runner), None
+        except TargetBuildError as e:  # an engine that loads a draft only beside its target (llama.cpp's converter)
+            return None, TargetRefused(str(e))
         except EngineBuildError as e:
-            return None, str(e)
+            return None, EngineRefused(str(e))
 
     @property
     def load(self):
-        """The engine's ``LoadObservation``; raises ``EngineRefused`` when the engine cannot build the draft, and
-        ``NotADraft`` when what it builds is no EAGLE-3 draft class."""
+        """The engine's ``LoadObservation``; raises ``EngineRefused`` when the engine cannot build the draft,
+        ``TargetRefused`` when it loads a draft only beside a target it cannot build, and ``NotADraft`` when what it
+        builds is no EAGLE-3 draft class."""
         observation, refusal = self._load
         if refusal is not None:
-            raise EngineRefused(refusal)
+            raise refusal
         if observation.is_eagle3_draft is False:
             engine = observation.engine
             raise NotADraft(f"{engine['name']} {engine['version']} dispatches architectures "
@@ -139,7 +142,9 @@ class Subject:
         if self.converted:
             return {"form": "converted", "conversion": "verbatim", "command": self.convert_command(),
                     "to_deploy": self.convert_command(verbatim=False)}
-        return {"form": "as saved", "why": f"{self.engine_name} reads speculators' config format natively"}
+        from contracts.engine_spec import ENGINE_NAMES
+
+        return {"form": "as saved", "why": f"{ENGINE_NAMES[self.engine_name]} reads speculators' config format natively"}
 
     def convert_command(self, verbatim: bool = True) -> str:
         """The hand conversion the verdicts judge (``--verbatim``), or the faithful one to deploy."""
@@ -235,9 +240,16 @@ class Subject:
         """The engine's ``AuxCaptureObservation`` for this draft and target (None without a target)."""
         if self.target_path is None:
             return None
+        from contracts.engines.errors import EngineBuildError, TargetBuildError
+
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
         wanted = self.trainer_layers["hf_hidden_states"] if self.trainer_layers else None
-        return self.adapter.aux(self.engine_dir, self.target_path, wanted, runner=self.runner)
+        try:
+            return self.adapter.aux(self.engine_dir, self.target_path, wanted, runner=self.runner)
+        except TargetBuildError as e:  # (a subclass of EngineBuildError: first)
+            raise TargetRefused(str(e)) from None
+        except EngineBuildError as e:  # a load the engine stopped part-way (llama.cpp's converter): no draft built
+            raise EngineRefused(str(e)) from None
 
     @cached_property
     def config_obs(self):
@@ -246,13 +258,15 @@ class Subject:
 
         from contracts.config_facts import switches_in, trained_config
 
-        from contracts.engines.errors import EngineBuildError
+        from contracts.engines.errors import EngineBuildError, TargetBuildError
 
         flat = json.loads((self.engine_dir / "config.json").read_text())
         original = self.checkpoint.config
         try:
             return self.adapter.config(self.engine_dir, trained_config(original), switches_in(flat, original),
                                        self.target.config if self.target is not None else None)
+        except TargetBuildError as e:  # (a subclass of EngineBuildError: first)
+            raise TargetRefused(str(e)) from None
         except EngineBuildError as e:  # dispatched, then refused while building (e.g. a missing config key)
             raise EngineRefused(str(e)) from None
 

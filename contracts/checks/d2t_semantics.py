@@ -15,6 +15,7 @@ the ``hot_token_id`` the engine's ``load_weights`` computed, never on a re-imple
 from __future__ import annotations
 
 from contracts.checkpoint import text_config
+from contracts.checks.evidence import nothing_built
 from contracts.conventions import ASCENDING, d2t_order
 from contracts.registry import FAIL, PASS, Result, SubjectView, contract
 
@@ -69,6 +70,9 @@ def _as_ints(values) -> list[int] | None:
                            "exists whenever the draft vocab is reduced, and equals the mapping the trainer built")
 def check_d2t_semantics(subject: SubjectView) -> Result:
     obs = subject.load
+    stopped = nothing_built("d2t-semantics", obs)
+    if stopped:
+        return stopped
     ckpt = subject.checkpoint
     draft_vocab = obs.config.get("draft_vocab_size") or obs.config.get("vocab_size")
     vocab, vocab_source = target_vocab_size(subject, obs.config)

@@ -38,3 +38,15 @@ def collapse_layers(names: list[str], limit: int = 12) -> str:
 def engine_label(engine: dict) -> str:
     """``SGLang 0.5.23`` / ``vLLM 0.32.0``: how a verdict names the engine release that produced it."""
     return f"{ENGINE_NAMES.get(engine.get('name'), engine.get('name'))} {engine.get('version')}"
+
+
+def nothing_built(contract_id: str, obs):
+    """The result of a contract that judges the draft the engine built, when its load stopped before building any
+    (llama.cpp's converter raising on a tensor writes no GGUF): not judged, pointing at the stop, rather than a pass
+    over nothing. None when there is a draft to judge."""
+    from contracts.registry import SKIP, Result
+
+    if obs.load_error and not obs.params:
+        return Result(contract_id, SKIP, f"not judged: the engine's load stopped before it built the draft "
+                      f"({obs.load_error[:200]}; see key-naming)", {"load_error": obs.load_error})
+    return None

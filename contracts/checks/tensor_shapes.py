@@ -10,6 +10,7 @@ engine's own: its weight loaders' assertions, caught and recorded by the adapter
 
 from __future__ import annotations
 
+from contracts.checks.evidence import nothing_built
 from contracts.registry import FAIL, PASS, WARN, Result, SubjectView, contract
 
 FLOAT_DTYPES = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
@@ -49,6 +50,9 @@ def _shape_fix(fate, call, param, obs) -> str:
                            "draft config")
 def check_tensor_shapes(subject: SubjectView) -> Result:
     obs = subject.load
+    stopped = nothing_built("tensor-shapes", obs)
+    if stopped:
+        return stopped
     params = {p.name: p for p in obs.params}
     mismatches, fixes, casts = [], [], []
     for fate in obs.tensors:

@@ -224,7 +224,8 @@ def derive_llamacpp(version: str) -> Recipe:
     recipe = Recipe("llamacpp", version, list(ALWAYS["llamacpp"]), declared=declared)
     recipe.lines += [line for name, line in declared.items() if name not in ("torch", "gguf")]
     recipe.notes.append(f"from xllamacpp=={version}'s {LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}: "
-                        + ", ".join(declared.values()) + f"; torch {CPU_TORCH}'s CPU wheel, gguf from the tree")
+                        + ", ".join(declared.values()) + f"; torch {CPU_TORCH}'s CPU wheel, gguf from the tree; the "
+                        "tree's C headers beside the converter (the draft-graph replay is compiled against them)")
     return recipe
 
 

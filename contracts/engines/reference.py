@@ -25,15 +25,21 @@ def reference_chain(tensors: dict) -> list | None:
     return [steps[k, :t - k].float().tolist() for k in range(1, steps.shape[0])]
 
 
-def tolerance(ref_logits, served_embed_dtype: str | None, trained_embed_dtype: str | None):
+def tolerance(ref_logits, served_embed_dtype: str | None, trained_embed_dtype: str | None,
+              half_attention: bool = False):
     """float32 on both sides: accumulation order only (1e-4 of the logit scale). When the trainer embedded
-    with a 16-bit copy of the embedding the engine serves in float32, add that copy's rounding (2^-8)."""
+    with a 16-bit copy of the embedding the engine serves in float32, or when the engine's default attention keeps
+    K and V in float16 (llama.cpp's KV cache), add one 16-bit rounding (2^-8)."""
     scale = max(1.0, float(ref_logits.abs().max()))
     tol, why = 1e-4 * scale, "both sides compute in float32 from the same saved weights: accumulation order only"
     if trained_embed_dtype in ("bfloat16", "float16") and served_embed_dtype == "float32":
         tol = 2.0 ** -8 * scale
         why = (f"the trainer embedded with the checkpoint's {trained_embed_dtype} copy of the embedding, the engine "
                f"serves the target's float32 one: one 16-bit rounding (2^-8 of the logit scale)")
+    elif half_attention:
+        tol = 2.0 ** -8 * scale
+        why = ("the engine's default attention keeps K and V in float16 (its KV cache, as a server runs it): one "
+               "16-bit rounding (2^-8 of the logit scale)")
     return tol, why
 
 
@@ -61,7 +67,7 @@ class Replay:
         d2t = self.ckpt.load_tensor(d2t_key).long() if d2t_key else torch.zeros(self.draft_vocab, dtype=torch.long)
         self.obs.reference_map = (d2t + torch.arange(d2t.shape[0])).tolist()
 
-    def compare(self, engine_logits, served_embed_dtype: str):
+    def compare(self, engine_logits, served_embed_dtype: str, half_attention: bool = False):
         """The engine's draft-vocab logits against the trainer's, within ``tolerance``: the finished observation."""
         import torch
 
@@ -73,5 +79,6 @@ class Replay:
         diff = (engine_logits - ref).abs()
         obs.max_abs_diff = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
         embed = self.ckpt.tensors.get("embed_tokens.weight") or self.ckpt.tensors.get("model.embed_tokens.weight")
-        obs.tolerance, obs.tolerance_why = tolerance(ref, served_embed_dtype, embed.dtype if embed is not None else None)
+        obs.tolerance, obs.tolerance_why = tolerance(ref, served_embed_dtype, embed.dtype if embed is not None else None,
+                                                     half_attention)
         return obs

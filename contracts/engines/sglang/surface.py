@@ -23,19 +23,12 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.load_tracer import fates_of
-from contracts.observations import Observation, TensorFate
+from contracts.observations import SurfaceObservation, TensorFate
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 CANONICAL_DRAFTS = ("specforge", "speculators-default", "speculators-train")
 SPELLINGS = ("{layer}", "model.{layer}")  # each key as saved, and with the "model." prefix some exports add
 LAYER_PREFIXES = ("midlayer.", "layers.0.")
-
-
-class SurfaceObservation(Observation, dict):
-    """The surface as a plain dict (``to_dict`` returns it)."""
-
-    def to_dict(self) -> dict:
-        return dict(self)
 
 
 def _engine_dir(name: str, tmp: Path) -> Path:

@@ -15,19 +15,12 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint
 from contracts.engines.vllm.context import draft_configs, engine_version
 from contracts.engines.vllm.loader import LoadTracer, build_draft
-from contracts.observations import Observation, TensorFate
+from contracts.observations import SurfaceObservation, TensorFate
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 CANONICAL_DRAFTS = ("specforge", "speculators-default", "speculators-train")
 SPELLINGS = ("{layer}", "model.{layer}")
 LAYER_PREFIXES = ("midlayer.", "layers.0.")
-
-
-class SurfaceObservation(Observation, dict):
-    """The surface as a plain dict (``to_dict`` returns it)."""
-
-    def to_dict(self) -> dict:
-        return dict(self)
 
 
 def _reached(model, key: str, tensor) -> list[str]:

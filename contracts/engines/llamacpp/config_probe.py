@@ -1,0 +1,113 @@
+"""Ask llama.cpp which draft-config switches it honours, whether it builds an EAGLE-3 draft at all, and which rope it
+applies, by running its converter and its graph, not by reading a list.
+
+Contract served: ``config``. What llama.cpp computes is decided in two places of its own code: the converter reads a
+few keys of config.json into the GGUF (``norm_before_residual``, default false, where vLLM's speculators reader
+defaults it to true; ``norm_before_fc``; the top-level aux ids; never ``norm_output``; ``fc_norm`` tensors make it
+refuse), and the loader and graph act on what the GGUF says. A switch is *honoured* when the draft converted again with
+that switch flipped in config.json gives other step-0 logits or another pre-norm state (the one the loop feeds the
+next step) on the same seeded inputs; a flip the converter or the loader refuses changes the build, so it is honoured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from contracts.checkpoint import rope_of, text_config
+from contracts.engines.errors import EngineBuildError, ReplayError
+from contracts.engines.llamacpp.graph import DraftGraph, GraphError
+from contracts.engines.llamacpp.loader import DRAFT_CLASS
+from contracts.engines.llamacpp.pair import POSITIONS, converted_with, made_for, probed
+from contracts.engines.llamacpp.version import engine
+from contracts.engines.switch_effect import switch_effect
+from contracts.observations import ConfigObservation
+
+SEED = 1234
+TOKENS = 8
+
+
+def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
+                   target_config: dict | None) -> ConfigObservation:
+    """The draft as the pair this process loaded for it (``load`` comes first: the converter needs the target's
+    folder, which this observation is not given)."""
+    obs = ConfigObservation(engine=engine(), engine_dtype="float32", target_engine_dtype="float32")
+    made = made_for(engine_dir)
+    if made is None:
+        raise ReplayError("llama.cpp's converter converts an EAGLE-3 draft only beside its target "
+                          "(--target-model-dir): give --target")
+    obs.architectures = list(json.loads((Path(engine_dir) / "config.json").read_text()).get("architectures") or [])
+    if made.converter_refusal and not made.draft.get("tensors"):  # before any tensor: no model class for it
+        obs.dispatch_error = f"llama.cpp's converter: {made.converter_refusal}"
+        return obs
+    if made.converter_refusal:  # the model class was chosen, then the conversion stopped
+        raise EngineBuildError(f"llama.cpp's converter refused the draft: {made.converter_refusal}")
+    arch = made.draft.get("architecture")
+    obs.draft_class = DRAFT_CLASS if arch == "eagle3" else f"llama.cpp {arch}"
+    obs.is_eagle3_draft = arch == "eagle3"
+    if not obs.is_eagle3_draft:
+        return obs
+    graph = made.require_graph()
+    obs.probed_on = "the checkpoint's own weights"
+    inputs = _inputs(graph)
+    base = _outputs(graph, inputs)
+    for key, value in candidate_switches.items():
+        again = converted_with(made, {key: not value}, f"flip-{key}")
+        if not again["converted"]:
+            obs.switches[key] = {"value": value, "honoured": True, "evidence": "flipping it changes the build: "
+                                 f"llama.cpp's converter refused it ({again['refusal'][:160]})"}
+            continue
+        refusal = probed(Path(made.target["gguf"]), Path(again["gguf"]), made.folder)
+        try:
+            if refusal:
+                raise GraphError(refusal)
+            flipped_graph = DraftGraph(Path(made.target["gguf"]), Path(again["gguf"]), POSITIONS,
+                                       made.folder / "llama-flip.log")
+        except GraphError as e:
+            obs.switches[key] = {"value": value, "honoured": True, "evidence": "flipping it changes the build: "
+                                 f"llama.cpp's loader refused it ({str(e)[:160]})"}
+            continue
+        try:
+            obs.switches[key] = switch_effect(value, base, _outputs(flipped_graph, inputs))
+        finally:
+            flipped_graph.close()
+    obs.rope = _rope(made.draft, trained_config, target_config)
+    return obs
+
+
+def _inputs(graph):
+    import numpy as np
+
+    rng = np.random.default_rng(SEED)
+    return rng.integers(0, graph.n_vocab, TOKENS).astype(np.int32), \
+        rng.standard_normal((TOKENS, graph.n_embd_enc)).astype(np.float32)
+
+
+def _outputs(graph, inputs):
+    """((step-0 logits on the draft's map, finite), the pre-norm state fed to the next step) as torch tensors."""
+    import numpy as np
+    import torch
+
+    ids, features = inputs
+    g = graph.encode(features)
+    graph.clear()
+    logits, prenorm = graph.decode(0, ids, g)
+    finite = np.where(np.isfinite(logits), logits, 0.0)
+    return (torch.from_numpy(finite),), torch.from_numpy(prenorm)
+
+
+def _rope(draft: dict, trained_config: dict, target_config: dict | None) -> dict:
+    """The rope llama.cpp applies (the GGUF's base and scaling, as its loader reads them) against the trainer's."""
+    meta = draft.get("metadata", {})
+    base = meta.get("eagle3.rope.freq_base")
+    scaling = meta.get("eagle3.rope.scaling.type")
+    theta, trained_scaling = rope_of(trained_config)
+    if theta is None and target_config is not None:
+        theta, _ = rope_of(text_config(target_config))
+    trained_type = (trained_scaling or {}).get("rope_type") or (trained_scaling or {}).get("type")
+    applied = {"class": "ggml_rope_ext", "base": base, "scaling": scaling or "none"}
+    same = None
+    if base is not None and theta is not None:
+        same = float(base) == float(theta) and (scaling or "none") in (trained_type or "none", "none" if
+                                                                       trained_type in (None, "default") else "")
+    return {"applied": applied, "trained": {"rope_theta": theta, "rope_scaling": trained_scaling}, "same": same}

@@ -1,0 +1,171 @@
+"""A draft and its target as llama.cpp serves them, made once per process and shared by every observation.
+
+Both are converted by the release's own converter (``converter``: the draft with ``--target-model-dir``, as a user
+runs it; the target alone) into a scratch folder of this process, the draft's GGUF read back, and the pair loaded by
+llama.cpp's own loader through the draft-graph replay (``graph.DraftGraph``), as its speculative setup loads it.
+Every refusal on the way is kept as the engine's own words: the converter's exception line, or the first error
+llama.cpp's loader logged. Nothing is written beside the draft or the target; the scratch folder goes at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
+
+# the GGUF tensor a loader error names ("check_tensor_dims: tensor 'output.weight' has wrong shape; ...")
+LOADER_TENSOR = re.compile(r"tensor '([^']+)'")
+POSITIONS = 256  # positions one replay may use (the references are far shorter)
+PROBE_TIMEOUT_S = 300
+
+_scratch: Path | None = None
+_pairs: dict[tuple, "Pair"] = {}
+_targets: dict[tuple, dict] = {}
+_refused_targets: dict[str, str] = {}  # draft folder -> the converter's refusal of the target it was given  # (target folder, its files' stamp) -> convert_target's answer
+
+
+@dataclass
+class Pair:
+    draft_dir: Path
+    target_dir: Path
+    draft: dict  # converter.convert's answer, with read_gguf's when it converted (the GGUF kept in scratch)
+    target: dict  # converter.convert_target's answer
+    folder: Path
+    graph: object | None = None  # graph.DraftGraph: the pair loaded by llama.cpp
+    loader_error: str | None = None  # the first error llama.cpp's loader logged (the pair did not load)
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def converter_refusal(self) -> str | None:
+        return None if self.draft["converted"] else self.draft["refusal"]
+
+    def require_graph(self):
+        """The loaded pair, or the engine's refusal (the converter's or the loader's) as ``EngineBuildError``."""
+        if self.converter_refusal:
+            raise EngineBuildError(f"llama.cpp's converter refused the draft: {self.converter_refusal}")
+        if self.graph is None:
+            raise EngineBuildError(f"llama.cpp's loader refused the converted draft: {self.loader_error}")
+        return self.graph
+
+    def gguf_name_of(self, key: str) -> list[str]:
+        """The GGUF tensors checkpoint tensor KEY became (the converter's own mapping, traced)."""
+        return list(self.draft.get("tensors", {}).get(key, []))
+
+
+def _folder() -> Path:
+    global _scratch
+    if _scratch is None:
+        _scratch = Path(tempfile.mkdtemp(prefix="eagle3-contracts-llamacpp-"))
+        atexit.register(close_all)
+    return _scratch
+
+
+def _stamp(folder: Path) -> tuple:
+    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(folder).iterdir()
+                        if p.is_file()))
+
+
+def pair(draft_dir, target_dir) -> Pair:
+    """DRAFT_DIR beside TARGET_DIR as llama.cpp serves them (made on first use; remade when a file changed)."""
+    from contracts.engines.llamacpp.converter import convert, convert_target, read_gguf
+    from contracts.engines.llamacpp.graph import DraftGraph, GraphError
+
+    if target_dir is None:
+        raise ReplayError("llama.cpp's converter converts an EAGLE-3 draft only beside its target "
+                          "(--target-model-dir): give --target")
+    draft_dir, target_dir = Path(draft_dir).resolve(), Path(target_dir).resolve()
+    key = (str(draft_dir), str(target_dir), _stamp(draft_dir), _stamp(target_dir))
+    if key in _pairs:
+        return _pairs[key]
+    target_key = (str(target_dir), key[3])
+    if target_key not in _targets:  # one conversion of a target serves every draft beside it
+        _targets[target_key] = convert_target(target_dir, Path(tempfile.mkdtemp(prefix="target-", dir=_folder())))
+    target = _targets[target_key]
+    if not target["converted"]:
+        _refused_targets[str(draft_dir)] = f"llama.cpp's converter refused the target: {target['refusal']}"
+        raise TargetBuildError(_refused_targets[str(draft_dir)])
+    folder = Path(tempfile.mkdtemp(prefix="pair-", dir=_folder()))
+    draft = convert(draft_dir, target_dir, folder / "draft")
+    if draft["converted"]:
+        written = read_gguf(Path(draft["gguf"]))
+        written["tensors_gguf"] = written.pop("tensors")  # (the draft's "tensors": the converter's mapping)
+        draft.update(written)
+    made = Pair(draft_dir, target_dir, draft, target, folder)
+    if draft["converted"]:
+        made.loader_error = probed(Path(target["gguf"]), Path(draft["gguf"]), folder)
+    if draft["converted"] and made.loader_error is None:
+        try:
+            made.graph = DraftGraph(Path(target["gguf"]), Path(draft["gguf"]), POSITIONS, folder / "llama.log")
+        except GraphError as e:
+            made.loader_error = str(e)
+    _pairs[key] = made
+    return made
+
+
+def probed(target_gguf: Path, draft_gguf: Path, folder: Path) -> str | None:
+    """llama.cpp loading the pair in a child process first (``graph.load_probe``): its refusal, or None."""
+    from contracts.engines.llamacpp import forked
+    from contracts.engines.llamacpp.graph import compiled, load_probe, probe_refusal
+
+    compiled()  # here, not in the child: a release whose headers the replay does not compile against is not judged
+    log = folder / f"probe-{draft_gguf.stem}.log"
+    code = forked.run(load_probe, (str(target_gguf), str(draft_gguf), str(log)), folder, log, PROBE_TIMEOUT_S)
+    return probe_refusal(code, log.read_text(errors="replace") if log.is_file() else "")
+
+
+def made_for(draft_dir) -> Pair | None:
+    """The pair this process made last for DRAFT_DIR (whatever its target), if any and still current."""
+    draft_dir = Path(draft_dir).resolve()
+    stamp = _stamp(draft_dir)
+    found = [p for key, p in _pairs.items() if key[0] == str(draft_dir) and key[2] == stamp]
+    if not found and str(draft_dir) in _refused_targets:
+        raise TargetBuildError(_refused_targets[str(draft_dir)])
+    return found[-1] if found else None
+
+
+def converted_with(made: Pair, changes: dict, tag: str) -> dict:
+    """The draft converted again with CHANGES applied to a copy of its config.json (the tensors linked, not copied):
+    what the release's converter writes under another setting. Returns the converter's answer with read_gguf's."""
+    import json
+    import os
+
+    from contracts.engines.llamacpp.converter import convert, read_gguf
+
+    copy = made.folder / f"draft-{tag}"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir()
+    for f in made.draft_dir.iterdir():
+        if f.is_file() and f.name != "config.json":
+            os.symlink(f, copy / f.name)
+    config = json.loads((made.draft_dir / "config.json").read_text())
+    for key, value in changes.items():
+        placed = False
+        for nested in ("transformer_layer_config", "eagle_config"):  # flipped wherever the checkpoint sets it
+            if isinstance(config.get(nested), dict) and key in config[nested]:
+                config[nested][key], placed = value, True
+        if key in config or not placed:
+            config[key] = value
+    (copy / "config.json").write_text(json.dumps(config))
+    result = convert(copy, made.target_dir, made.folder / f"gguf-{tag}")
+    if result["converted"]:
+        written = read_gguf(Path(result["gguf"]))
+        written["tensors_gguf"] = written.pop("tensors")
+        result.update(written)
+    return result
+
+
+def close_all() -> None:
+    global _scratch
+    for made in _pairs.values():
+        if made.graph is not None:
+            made.graph.close()
+    _pairs.clear()
+    _targets.clear()
+    if _scratch is not None:
+        shutil.rmtree(_scratch, ignore_errors=True)
+        _scratch = None
