@@ -212,9 +212,11 @@ def check_embed_head(subject: SubjectView) -> Result:
     draft_vocab, held_rows = d["draft_vocab_size"], (obs.head.shape or [None])[0]
     if draft_vocab and held_rows and not head_origin.startswith(("never", "partly")) and \
             (held_rows < draft_vocab or held_rows - draft_vocab >= VOCAB_PADDING):
+        why = (f"the engine's draft->target map has {draft_vocab} entries, so these logits map to no target ids as "
+               f"trained") if obs.hot_token_id_len is not None else \
+            (f"with no draft->target map the engine serves it as a {held_rows}-id draft, which it was not trained as")
         problems.append(f"the draft declares draft_vocab_size {draft_vocab} but is served with a head of {held_rows} "
-                        f"rows ({head_origin}): the engine's draft->target map has {draft_vocab} entries, so these "
-                        f"logits map to no target ids as trained")
+                        f"rows ({head_origin}): {why}")
         fixes.append(f"save the trained head as `lm_head.weight` [{draft_vocab}, {d['hidden_size']}]; or, if the draft "
                      f"is meant to use the target's full head, set `draft_vocab_size: null` and remove d2t/t2d")
     stopped = ""

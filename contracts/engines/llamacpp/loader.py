@@ -68,6 +68,8 @@ def observe_load(engine_dir, target_dir=None, runner=None) -> LoadObservation:
             names = ["d2t"]  # kept aside by modify_tensors, written by prepare_tensors as int64 absolute ids
         calls = [LoadCall(param=n, error=blamed.get(n), written=None if blamed.get(n) else _numel(gguf, n))
                  for n in names]
+        if key == refused_at:  # the tensor the converter raised on (nothing was built: tensor-shapes is not judged)
+            calls.append(LoadCall(param="(no GGUF tensor)", error=made.converter_refusal))
         tensors.append(TensorFate(key=key, shape=list(info.shape), dtype=info.dtype, calls=calls,
                                   side_channel="hot_token_id" if names == ["d2t"] else None))
     params = [ParamState(name=n, shape=_expected(blamed.get(n)) or row_major(t["shape"]),

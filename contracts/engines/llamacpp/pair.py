@@ -144,12 +144,10 @@ def converted_with(made: Pair, changes: dict, tag: str) -> dict:
             os.symlink(f, copy / f.name)
     config = json.loads((made.draft_dir / "config.json").read_text())
     for key, value in changes.items():
-        placed = False
-        for nested in ("transformer_layer_config", "eagle_config"):  # flipped wherever the checkpoint sets it
+        for nested in ("transformer_layer_config", "eagle_config"):  # wherever the checkpoint sets it,
             if isinstance(config.get(nested), dict) and key in config[nested]:
-                config[nested][key], placed = value, True
-        if key in config or not placed:
-            config[key] = value
+                config[nested][key] = value
+        config[key] = value  # and at the top level, where llama.cpp's converter reads its keys
     (copy / "config.json").write_text(json.dumps(config))
     result = convert(copy, made.target_dir, made.folder / f"gguf-{tag}")
     if result["converted"]:

@@ -69,7 +69,11 @@ def observe_embed_head(engine_dir, target_dir, runner=None) -> WiringObservation
         engine=engine(), wiring=WIRING, calls=calls, load_lm_head_from_target=not own_head, tied=False,
         draft={"hidden_size": hidden, "target_hidden_size": target_hidden,
                "has_target_hidden_size": "target_hidden_size" in text_config(draft_config),
-               "vocab_size": target.get("vocab_size"), "draft_vocab_size": len(d2t) if d2t is not None else None},
+               "vocab_size": target.get("vocab_size"),
+               # what the draft declares (llama.cpp has no such setting: its head has d2t's length of rows, else the
+               # target vocabulary's)
+               "draft_vocab_size": text_config(draft_config).get("draft_vocab_size") or
+               (len(d2t) if d2t is not None else None)},
         target={"class": "llama.cpp target model", "dtype": "float32", "hidden_size": target.get("hidden_size"),
                 "vocab_size": target.get("vocab_size"), "tie_word_embeddings": target.get("tie_word_embeddings"),
                 "has_weights": True, "loaded": {}},
