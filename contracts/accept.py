@@ -6,8 +6,8 @@ number, an accept length near 1.00. ``accept`` serves the target with the draft 
 acceptance length (1 + accepted tokens per draft round) and the acceptance rate at each draft position. On a CPU
 vLLM serves with Model Runner V1 (V2, a GPU server's default, runs Triton kernels only), and the report says so.
 ``--engine llamacpp[==X]`` measures llama.cpp's server instead (``contracts.engines.llamacpp.acceptance``: the GGUFs
-the release's own converter writes, its EAGLE-3 loop, its counters), a loop that runs on a CPU as it does on a GPU;
-``check`` does not judge llama.cpp yet, so a gap there names no contract. SGLang's serving loop does not run on a CPU
+the release's own converter writes, its EAGLE-3 loop, its counters), a loop that runs on a CPU as it does on a GPU.
+SGLang's serving loop does not run on a CPU
 (its EAGLE worker's draft attention needs a GPU), so it is refused with that reason.
 
 Beside the measurement stands the trainer's expectation (``contracts.trainers.expectation``, in the trainer
@@ -45,14 +45,14 @@ class ServingRefused(Exception):
 @dataclass(frozen=True)
 class ServingLoop:
     """The engine loop ``accept`` measures: its release, the job that runs it in that release's environment, how a
-    report names it, and the engine path ``check`` judges to explain a gap (None: check does not judge it yet)."""
+    report names it, and the engine path ``check`` judges to explain a gap."""
 
     name: str
     version: str
     job: str
     label: str
     path: str
-    check_spec: str | None
+    check_spec: str
     runner: str | None = None
 
 
@@ -60,19 +60,14 @@ def serving_loop(engine: str) -> ServingLoop:
     """The loop ENGINE names (``vllm[==X][:v1]``, ``llamacpp[==X]``), or AcceptUnavailable saying why it cannot
     run here."""
     from contracts.engines import canonical, parse_spec, runner_of
-    from contracts.engines.llamacpp import PINNED as LLAMACPP_PINNED
 
-    name, sep, version = engine.strip().partition("==")
+    spec = canonical(engine)
+    name, version = parse_spec(spec)
     if name == "llamacpp":
-        if sep and not version:
-            raise AcceptUnavailable(f"{engine!r}: give a version after '=='")
-        version = version or LLAMACPP_PINNED
         return ServingLoop("llamacpp", version, "contracts.engines.llamacpp.acceptance",
                            f"{ENGINE_NAMES['llamacpp']} {version}",
                            f"llama.cpp's server (xllamacpp {version}): the GGUFs its own converter writes, its EAGLE-3 "
-                           "speculative loop on ggml's CPU backend (the loop a GPU build runs)", None)
-    spec = canonical(engine)
-    name, version = parse_spec(spec)
+                           "speculative loop on ggml's CPU backend (the loop a GPU build runs)", spec)
     if name != "vllm":
         raise AcceptUnavailable("accept: SGLang's serving loop does not run on a CPU (EAGLEWorkerV2's draft attention "
                                 "needs a GPU or sgl-kernel's CPU build); measure on vLLM (--engine vllm==X) or "
@@ -122,11 +117,7 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
         out["noise"] = NOISE
         if out["gap"] > NOISE:
             out["verdict"] = "below the trainer's expectation"
-            if loop.check_spec:
-                out["explained_by"], out["warned_by"] = _explained_by(draft, target, loop.check_spec)
-            else:
-                out["explained_by"], out["warned_by"] = [], []
-                out["explained_by_unavailable"] = f"check does not judge {ENGINE_NAMES[loop.name]} yet"
+            out["explained_by"], out["warned_by"] = _explained_by(draft, target, loop.check_spec)
     return out
 
 
@@ -221,11 +212,10 @@ def render_text(result: dict) -> str:
     elif expected.get("unavailable"):
         lines.append(f"  the trainer's expectation: none ({expected['unavailable']})")
     if result.get("verdict"):
-        why = ", ".join(result["explained_by"]) or result.get("explained_by_unavailable") or \
-            "no contract fails on this runner"
+        why = ", ".join(result["explained_by"]) or "no contract fails on this path"
         lines.append(f"  FAIL: served {result['gap']:.2f} below the trainer's expectation; explained by: {why}")
         lines += [f"  and warned: {w}" for w in result.get("warned_by", [])]
-        if not result["explained_by"] and not result.get("warned_by") and not result.get("explained_by_unavailable"):
+        if not result["explained_by"] and not result.get("warned_by"):
             lines.append("  nothing check says explains it: report it")
     return "\n".join(lines) + "\n"
 

@@ -50,12 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("check", help="judge a draft checkpoint with every contract")
     c.add_argument("checkpoint", nargs="?", help="draft checkpoint directory")
-    c.add_argument("--target", help="target model directory (config.json; weights optional)")
+    c.add_argument("--target", help="target model directory (config.json; weights optional, but llama.cpp needs them)")
     c.add_argument("--trainer", choices=tuple(TRAINERS),
                    help="the library that trained a flat-config draft (for a draft converted by hand: its aux "
                         "layer ids are then read in that trainer's convention)")
     c.add_argument("--engine", default="sglang", help="engine under test: sglang (installed here), sglang==VERSION, "
-                   "vllm (its pinned CPU build, own environment) or vllm==VERSION")
+                   "vllm (its pinned CPU build, own environment), vllm==VERSION, llamacpp (its pinned xllamacpp "
+                   "release, own environment) or llamacpp==VERSION")
     c.add_argument("--runner", choices=("v1", "v2"),
                    help="vLLM: judge this model runner instead of the one a GPU deployment of the release takes by "
                         "default (Model Runner V2 since it became the default)")
@@ -354,13 +355,8 @@ def _run_accept(args) -> int:
 
     if args.tokens < 1 or args.prompts < 1 or args.max_tokens < 1 or args.temperature < 0:
         raise UsageError("accept: --tokens, --prompts and --max-tokens must be at least 1, --temperature at least 0")
-    if args.engine.partition("==")[0] == "llamacpp":  # a serving loop accept measures; check does not judge it yet
-        if args.runner:
-            raise UsageError("--runner applies to vLLM: llama.cpp has one speculative loop")
-        engine = args.engine
-    else:
-        engine = _with_runner(args.engine, args.runner)
-        _check_engine(engine)
+    engine = _with_runner(args.engine, args.runner)
+    _check_engine(engine)
     _guard_output(args.output, [Path(args.draft), Path(args.target)])
     try:
         result = measure(args.draft, args.target, engine=engine, tokens=args.tokens, prompts=args.prompts,

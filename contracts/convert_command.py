@@ -232,6 +232,9 @@ def engine_layer_count(cfg: dict, load) -> tuple[dict, list[str]]:
     return {**cfg, **fix}, [note]
 
 
+CONVERT_TO = ("sglang", "vllm")  # the engines convert writes a copy for (llama.cpp's converter writes its own GGUF)
+
+
 def convert(src, dst, *, to: str, target=None, engine: str | None = None, trainer: str | None = None,
             verbatim: bool = False, link: bool = False, facts: dict | None = None) -> Conversion:
     """Write the copy of SRC that ENGINE (default: the ``to`` engine as installed or pinned) serves as trained
@@ -242,6 +245,9 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     from contracts.engines import parse_spec
     from contracts.subject import report
 
+    if to not in CONVERT_TO:
+        raise InputError(f"convert writes copies for {' and '.join(CONVERT_TO)}; llama.cpp serves the GGUF its own "
+                         f"converter writes (check --engine llamacpp judges the draft as that converter converts it)")
     src, dst = Path(src).resolve(), Path(dst).resolve()
     ckpt = Checkpoint.open(src)
     target_path = None if target is None else Path(target).resolve()

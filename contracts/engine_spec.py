@@ -48,7 +48,8 @@ class EngineSpec:
             allowed = RUNNERS.get(name)
             raise EngineSpecError(f"{spec!r}: {name} has no runner {runner!r}" +
                                   (f" (its runners: {', '.join(allowed)})" if allowed else
-                                   " (--runner applies to vLLM; SGLang is judged on the worker its release uses)"))
+                                   " (--runner applies to vLLM; SGLang is judged on the worker its release uses, "
+                                   "llama.cpp on its one speculative loop)"))
         return cls(name, version or None, runner)
 
     def __str__(self) -> str:

@@ -64,16 +64,16 @@ def other_paths(engine: str, rep: dict) -> list[str]:
 def converted_report(subject, engine: str, only: list[str] | None = None) -> list[dict] | None:
     """The verdicts on the copy ``convert`` writes of SUBJECT for ENGINE, in a temporary directory, on the release's
     default path and then on each other path it was proven on (None where convert cannot run: it needs the target
-    and the trainer whose layer convention the ids follow)."""
+    and the trainer whose layer convention the ids follow, and an engine convert writes copies for)."""
     import shlex
     import shutil
     import tempfile
     from pathlib import Path
 
-    from contracts.convert_command import convert
+    from contracts.convert_command import CONVERT_TO, convert
     from contracts.engines import parse_spec
 
-    if subject.target_path is None or subject.trainer_name is None:
+    if subject.target_path is None or subject.trainer_name is None or parse_spec(engine)[0] not in CONVERT_TO:
         return None
     facts = {k: getattr(subject, k) for k in ("intended_ids", "trainer_aux_ids", "reference_path",
                                               "trainer_hidden_states") if getattr(subject, k) is not None}

@@ -62,8 +62,7 @@ def newest_sglang() -> str | None:
 
 def new_releases(doc: dict, newest: str | None) -> list[str]:
     """Every release since EAGLE-3 on the package index that the table does not hold (the newest first)."""
-    specs = [f"sglang=={v}" for v in compatibility.releases("sglang")] + \
-        [f"vllm=={v}" for v in compatibility.releases("vllm")]
+    specs = compatibility.every_release()
     if newest and f"sglang=={newest}" not in specs:
         specs.append(f"sglang=={newest}")
     return [s for s in specs if s not in doc["releases"]]

@@ -39,21 +39,21 @@ def convert(draft: Path, target: Path, out_dir: Path) -> dict:
     return _run([str(draft), "--target-model-dir", str(target)], out_dir / "draft.gguf", out_dir)
 
 
-def convert_target(target: Path, out_dir: Path) -> dict:
+def convert_target(target: Path, out_dir: Path, outtype: str = "f32") -> dict:
     """The target itself as llama.cpp serves it (OUT_DIR/target.gguf; a tokenizer made when it has none)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return _run([str(target_with_tokenizer(Path(target), out_dir))], out_dir / "target.gguf", out_dir)
+    return _run([str(target_with_tokenizer(Path(target), out_dir))], out_dir / "target.gguf", out_dir, outtype)
 
 
-def _run(args: list[str], gguf: Path, cwd: Path) -> dict:
+def _run(args: list[str], gguf: Path, cwd: Path, outtype: str = "f32") -> dict:
     """The converter on ARGS (``converter_trace`` records what it did with each checkpoint tensor: ``tensors``,
     checkpoint key -> the GGUF tensors it became, and ``refused_at``, the key it raised on)."""
     from contracts.engines.llamacpp import converter_trace
 
     trace_file, log_file = gguf.with_suffix(".trace.json"), gguf.with_suffix(".log")
     code = converter_trace.run([str(trace_file), str(converter_dir() / SCRIPT), *args, "--outfile", str(gguf),
-                                "--outtype", "f32"], cwd, log_file, TIMEOUT_S)
+                                "--outtype", outtype], cwd, log_file, TIMEOUT_S)
     log = log_file.read_text(errors="replace").splitlines() if log_file.is_file() else []
     decisions = [m.group(0) for line in log if (m := EAGLE3_LINE.search(line))]
     trace = json.loads(trace_file.read_text()) if trace_file.is_file() else {}

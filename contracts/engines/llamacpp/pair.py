@@ -21,6 +21,9 @@ from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildE
 # the GGUF tensor a loader error names ("check_tensor_dims: tensor 'output.weight' has wrong shape; ...")
 LOADER_TENSOR = re.compile(r"tensor '([^']+)'")
 POSITIONS = 256  # positions one replay may use (the references are far shorter)
+LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# the target converted in its own dtype, so its embedding and head are its values exactly
+GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PROBE_TIMEOUT_S = 300
 
 _scratch: Path | None = None
@@ -84,7 +87,9 @@ def pair(draft_dir, target_dir) -> Pair:
         return _pairs[key]
     target_key = (str(target_dir), key[3])
     if target_key not in _targets:  # one conversion of a target serves every draft beside it
-        _targets[target_key] = convert_target(target_dir, Path(tempfile.mkdtemp(prefix="target-", dir=_folder())))
+        scratch = Path(tempfile.mkdtemp(prefix="target-", dir=_folder()))
+        first_layer, dtype = first_layer_of(target_dir, scratch / "source")
+        _targets[target_key] = convert_target(first_layer, scratch, outtype=GGUF_OUTTYPE.get(dtype, "f32"))
     target = _targets[target_key]
     if not target["converted"]:
         _refused_targets[str(draft_dir)] = f"llama.cpp's converter refused the target: {target['refusal']}"
@@ -105,6 +110,51 @@ def pair(draft_dir, target_dir) -> Pair:
             made.loader_error = str(e)
     _pairs[key] = made
     return made
+
+
+def first_layer_of(target_dir: Path, out: Path) -> tuple[Path, str]:
+    """The target as the draft needs it beside it, in OUT: its vocabulary tensors (embedding, head, final norm) and
+    its first layer (a model llama.cpp loads must have one), with its config saying one layer and its tokenizer
+    linked. The draft's replay never runs the target's layers (the trainer's reference gives the aux states) and the
+    draft's conversion reads the real target's folder (its layer count decides the default aux layers), so the
+    target's other layers are not converted: an 8B target would be a 32 GB float32 GGUF. Returns (OUT, the weights'
+    dtype)."""
+    import json
+    import os
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from contracts.checkpoint import Checkpoint, InputError, text_config
+
+    try:
+        target = Checkpoint.open_target(target_dir, require_weights=True)
+    except InputError as e:
+        raise TargetBuildError(f"llama.cpp loads a draft beside its target model's weights (the draft's embedding or "
+                               f"head may be the target's): {e}") from None
+    out.mkdir(parents=True)
+    keep = {name: info for name, info in target.tensors.items() if not _later_layer(name)}
+    tensors = {}
+    for name, info in keep.items():
+        with safe_open(str(target.path / info.file), framework="pt") as f:
+            tensors[name] = f.get_tensor(name)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((Path(target_dir) / "config.json").read_text())
+    text = text_config(config)
+    text["num_hidden_layers"] = 1
+    if isinstance(text.get("layer_types"), list):
+        text["layer_types"] = text["layer_types"][:1]
+    (out / "config.json").write_text(json.dumps(config))
+    for f in Path(target_dir).iterdir():
+        if f.is_file() and f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges")):
+            os.symlink(f.resolve(), out / f.name)
+    dtypes = sorted({info.dtype for info in keep.values() if info.dtype in GGUF_OUTTYPE})
+    return out, dtypes[0] if len(dtypes) == 1 else "float32"
+
+
+def _later_layer(name: str) -> bool:
+    found = LAYER_INDEX.search(name)
+    return bool(found) and int(found.group(1)) > 0
 
 
 def probed(target_gguf: Path, draft_gguf: Path, folder: Path) -> str | None:
