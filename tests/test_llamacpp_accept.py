@@ -48,16 +48,19 @@ def test_a_zeroed_d2t_collapses_acceptance_on_llamacpp_as_in_the_trainers_own_fo
     assert result["trainer_expectation"]["mean_acceptance_length"] <= 1.2 and "verdict" not in result
 
 
-def test_a_rope_the_export_changed_is_served_below_the_trainers_expectation_and_no_contract_is_named(capsys, tmp_path):
+def test_a_rope_the_export_changed_is_served_below_the_trainers_expectation_and_check_says_what_it_sees(capsys,
+                                                                                                    tmp_path):
     """Model Optimizer's converged draft with its declared rope base changed: its own speculative generation drafts
     as trained, llama.cpp's converter writes the declared base (``eagle3.rope.freq_base``); the gap is a verdict, and
-    check does not judge llama.cpp yet, so the report says that instead of a contract."""
+    check on llama.cpp names no root cause for it (it applies the base the config declares; no reference forward
+    travels with a copy) but warns that the base differs from the target's."""
     from contracts.accept import NOISE
 
     draft = make_copy(CONVERGED / "modelopt", tmp_path / "rope", config={"rope_theta": 100.0})
     result = _accept(capsys, tmp_path, draft, code=1)
     assert result["gap"] > NOISE and result["verdict"] == "below the trainer's expectation"
-    assert result["explained_by"] == [] and result["explained_by_unavailable"] == "check does not judge llama.cpp yet"
+    assert result["explained_by"] == []
+    assert any(w.startswith("config: ") and "rope base 100.0 differs from the target's" in w for w in result["warned_by"])
 
 
 def test_the_converters_refusal_is_a_finding_with_its_own_words(capsys):

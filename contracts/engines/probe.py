@@ -37,17 +37,6 @@ def _steps(engine):
     yield "forward", lambda: engine.forward(draft, target, reference)
 
 
-def _converter_steps():
-    """llama.cpp: the wheel's import and the release's converter on the bundled speculators draft (the converter runs
-    in its own process: a module it cannot import shows in its refusal)."""
-    from contracts.engines.llamacpp.converter import observe
-
-    draft, target = FIXTURES / "drafts" / "speculators-default-hd32", FIXTURES / "targets" / "llama-tiny-hd32"
-    yield "info", lambda: {"version": __import__("xllamacpp").__version__}
-    if draft.is_dir():
-        yield "convert", lambda: observe(draft, target)
-
-
 def _where(error: BaseException, name: str) -> dict:
     """The engine's own statement the import failed in (``sglang/srt/layers/rotary_embedding.py:9``)."""
     package = ENGINE_PACKAGE[name]
@@ -62,7 +51,7 @@ def probe(name: str) -> dict:
     from contracts.engines.errors import EngineBuildError
     from contracts.engines.inprocess import InProcess
 
-    for step, run in _converter_steps() if name == "llamacpp" else _steps(InProcess(name)):
+    for step, run in _steps(InProcess(name)):
         try:
             result = run()
         except ModuleNotFoundError as e:

@@ -51,3 +51,9 @@ def unpack_converter(sdist: Path, env: Path) -> Path:
     if not (dest / SCRIPT).is_file():
         raise FileNotFoundError(f"{sdist.name} has no {LLAMACPP_TREE}/{SCRIPT}")
     return dest
+
+
+def unpack_for_environment(sdist: Path, env: Path) -> list[Path]:
+    """The environment builder's step for llama.cpp (``environments.INSTALL``): the tree's parts unpacked into ENV,
+    and the local package to install from them, the tree's own gguf-py."""
+    return [unpack_converter(sdist, env) / "gguf-py"]
