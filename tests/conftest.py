@@ -19,6 +19,10 @@ DRAFTS = {
     "speculators-kimi-k25": FIXTURES / "drafts" / "speculators-kimi-k25",
 }
 KIMI_TARGET = FIXTURES / "targets" / "kimi-k25-tiny"
+# the head-dim-32 twins (every engine's CPU attention takes 32) and the trainers' reference forwards
+HD32_TARGET = FIXTURES / "targets" / "llama-tiny-hd32"
+HD32 = {name: FIXTURES / "drafts" / f"{name}-hd32" for name in ("specforge", "speculators-default", "speculators-train")}
+REFERENCES = FIXTURES / "references"
 OLD_ENGINE = "sglang==0.5.9"  # the old release CI runs besides the pinned one (its environment is built once)
 
 
@@ -66,21 +70,23 @@ def broken(tmp_path):
     """``broken("specforge", add={...}, remove=[...], replace={...}, config={...})`` → a modified copy."""
     counter = iter(range(1000))
 
-    def factory(name: str, **changes) -> Path:
-        return make_copy(DRAFTS[name], tmp_path / f"{name}-{next(counter)}", **changes)
+    def factory(name: str, **changes) -> Path:  # a bundled draft, or NAME-hd32 for its head-dim-32 twin
+        source = DRAFTS[name] if name in DRAFTS else HD32[name.removesuffix("-hd32")]
+        return make_copy(source, tmp_path / f"{name}-{next(counter)}", **changes)
 
     return factory
 
 
-def judge_contract(contract_id: str, checkpoint, target=TARGET, **subject_fields):
-    """Run one contract on a checkpoint dir with the pinned engine, in-process; returns the Result.
-    ``subject_fields`` are Subject's optional fields (intended_ids, trainer, reference_path, ...)."""
+def judge_contract(contract_id: str | None, checkpoint, target=TARGET, **subject_fields):
+    """Run one contract on a checkpoint dir with the pinned engine (or ``engine=``); returns the Result (contract_id
+    None: every contract's, by id). ``subject_fields`` are Subject's optional fields (intended_ids, trainer,
+    reference_path, engine, ...)."""
     from contracts.subject import Subject
 
     subject = Subject(Path(checkpoint).name, checkpoint, target, **subject_fields)
     try:
-        (result,) = subject.run([contract_id])
-        return result
+        results = subject.run([contract_id] if contract_id else None)
+        return results[0] if contract_id else {r.contract: r for r in results}
     finally:
         subject.close()
 

@@ -9,45 +9,21 @@ import json
 
 import pytest
 import torch
-from conftest import DRAFTS, FIXTURES, TARGET, make_copy, tree_digest
+from conftest import DRAFTS, FIXTURES, HD32, HD32_TARGET, REFERENCES, TARGET, judge_contract, tree_digest
 
 from contracts.cli import main
 from contracts.manifest import manifest
-from contracts.subject import Subject
 
 LLAMACPP = "llamacpp==2026.10.11549"
 LEGACY = "llamacpp==2026.7.10068"  # a release before llama_process / llama_batch_ext and before norm_before_fc
-HD32_TARGET = FIXTURES / "targets" / "llama-tiny-hd32"
-HD32 = {name: FIXTURES / "drafts" / f"{name}-hd32" for name in ("specforge", "speculators-default", "speculators-train")}
-REFERENCES = FIXTURES / "references"
 
 
 def judge(contract_id: str, checkpoint, target=TARGET, engine=LLAMACPP, **fields):
-    subject = Subject(checkpoint.name, checkpoint, target, engine=engine, **fields)
-    try:
-        (result,) = subject.run([contract_id])
-        return result
-    finally:
-        subject.close()
+    return judge_contract(contract_id, checkpoint, target, engine=engine, **fields)
 
 
 def judge_all(checkpoint, target=TARGET, engine=LLAMACPP, **fields) -> dict:
-    subject = Subject(checkpoint.name, checkpoint, target, engine=engine, **fields)
-    try:
-        return {r.contract: r for r in subject.run()}
-    finally:
-        subject.close()
-
-
-@pytest.fixture
-def broken(tmp_path):
-    counter = iter(range(1000))
-
-    def factory(name: str, **changes):
-        source = DRAFTS[name] if name in DRAFTS else HD32[name.removesuffix("-hd32")]
-        return make_copy(source, tmp_path / f"{name}-{next(counter)}", **changes)
-
-    return factory
+    return judge_contract(None, checkpoint, target, engine=engine, **fields)
 
 
 # --- served as trained -------------------------------------------------------------------------------------

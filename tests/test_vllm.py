@@ -9,37 +9,17 @@ import shutil
 
 import pytest
 import torch
-from conftest import DELETE, DRAFTS, FIXTURES, TARGET, make_copy
+from conftest import DELETE, DRAFTS, FIXTURES, HD32, HD32_TARGET, REFERENCES, TARGET, judge_contract, make_copy
 
 from contracts.cli import main
-from contracts.subject import Subject
 
 VLLM = "vllm==0.32.0"  # judged on the runner a GPU deployment takes: Model Runner V2
 V1 = "vllm==0.32.0:v1"  # the CPU build's runner, on request
 H = 64
-HD32_TARGET = FIXTURES / "targets" / "llama-tiny-hd32"
-HD32 = {name: FIXTURES / "drafts" / f"{name}-hd32" for name in ("specforge", "speculators-default", "speculators-train")}
-REFERENCES = FIXTURES / "references"
 
 
 def judge(contract_id: str, checkpoint, target=TARGET, engine=VLLM, **fields):
-    subject = Subject(checkpoint.name, checkpoint, target, engine=engine, **fields)
-    try:
-        (result,) = subject.run([contract_id])
-        return result
-    finally:
-        subject.close()
-
-
-@pytest.fixture
-def broken(tmp_path):
-    counter = iter(range(1000))
-
-    def factory(name: str, **changes):
-        source = DRAFTS[name] if name in DRAFTS else HD32[name.removesuffix("-hd32")]
-        return make_copy(source, tmp_path / f"{name}-{next(counter)}", **changes)
-
-    return factory
+    return judge_contract(contract_id, checkpoint, target, engine=engine, **fields)
 
 
 # --- key-naming -------------------------------------------------------------------------------------------

@@ -13,19 +13,16 @@ verifies. Draft settings: ``n_max`` = the tokens asked for, ``n_min`` 0, ``p_min
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from contracts.engines.llamacpp.converter import convert, convert_target
+from contracts.engines.llamacpp.log import captured, first_error
 from contracts.engines.serving_prompts import PROMPT_TOKENS, SEED, prompts
 
-# An error line of llama.cpp's own log ("0.00.014.408 E llama_model_load: error loading model: check_tensor_dims: ...").
-LOG_ERROR = re.compile(r"^[\d.]+ E (.*)$", re.M)
 COUNTER = re.compile(r"^llamacpp:(spec_decode_num_(?:draft_tokens|accepted_tokens|drafts)_total)\s+(\S+)$", re.M)
 
 
@@ -33,28 +30,6 @@ def _counters(text: str) -> dict:
     """llama.cpp's speculative counters from its Prometheus metrics text."""
     return {name.removeprefix("spec_decode_num_").removesuffix("_total"): int(float(value))
             for name, value in COUNTER.findall(text)}
-
-
-@contextmanager
-def engine_log(path: Path):
-    """llama.cpp's log (it writes to file descriptor 2) captured in PATH while the block runs, then passed on to
-    this process's stderr."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(path, "w") as log:
-        os.dup2(log.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        sys.stderr.write(Path(path).read_text(errors="replace"))
-
-
-def first_error(log: str) -> str | None:
-    """The first error llama.cpp logged (the cause; the lines after it report the same failure upwards)."""
-    found = LOG_ERROR.search(log)
-    return " ".join(found.group(1).split()) if found else None
 
 
 def serve(target_gguf: Path, draft_gguf: Path, tokens: int, context: int):
@@ -87,7 +62,7 @@ def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int 
         converted = time.perf_counter()
         log = Path(scratch) / "server.log"
         try:  # llama.cpp loading and serving the pair: an exception here is the engine's refusal
-            with engine_log(log):
+            with captured(log, echo=True):
                 server = serve(Path(target["gguf"]), Path(draft["gguf"]), tokens, PROMPT_TOKENS + max_tokens + 16)
             built = time.perf_counter()
             config = json.loads((Path(target_dir) / "config.json").read_text())

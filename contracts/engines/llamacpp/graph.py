@@ -16,11 +16,10 @@ import hashlib
 import os
 import re
 import subprocess
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 from contracts.engines.errors import ReplayError
+from contracts.engines.llamacpp.log import captured, first_error
 from contracts.engines.llamacpp.tree import converter_dir
 
 SOURCE = Path(__file__).with_name("eagle3_replay.cpp")
@@ -68,20 +67,6 @@ def compiled() -> Path:
     return out
 
 
-@contextmanager
-def captured_log(path: Path):
-    """llama.cpp's log (file descriptor 2) into PATH while the block runs."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(path, "w") as log:
-        os.dup2(log.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def _library():
     lib = ctypes.CDLL(str(compiled()), mode=ctypes.RTLD_GLOBAL)
     lib.e3_open.restype = ctypes.c_void_p
@@ -104,11 +89,9 @@ class DraftGraph:
     ``ctx_other`` is the target's), with the encoder and decoder steps of its EAGLE-3 loop."""
 
     def __init__(self, target_gguf: Path, draft_gguf: Path, positions: int, log: Path):
-        from contracts.engines.llamacpp.acceptance import first_error
-
         self.lib = _library()
         err = ctypes.create_string_buffer(_ERR)
-        with captured_log(log):
+        with captured(log):
             self.handle = self.lib.e3_open(str(target_gguf).encode(), str(draft_gguf).encode(), positions,
                                            max(1, min(4, os.cpu_count() or 1)), err, _ERR)
         if not self.handle:
@@ -149,7 +132,7 @@ class DraftGraph:
 
     def _call(self, fn, *args) -> None:
         err = ctypes.create_string_buffer(_ERR)
-        with captured_log(self.log):
+        with captured(self.log):
             rc = fn(self.handle, *args, err, _ERR)
         if rc != 0:
             raise GraphError(err.value.decode(errors="replace") or f"llama.cpp returned {rc}")
@@ -186,8 +169,6 @@ ABORT_LINE = re.compile(r"(GGML_ASSERT\(.*\) failed|GGML_ABORT.*|[\w./-]+:\d+: .
 def probe_refusal(code: int, log: str) -> str | None:
     """What a load probe that did not exit 0 says: the engine's first logged error, its failed assertion, or the
     refusal it printed (None: it loaded)."""
-    from contracts.engines.llamacpp.acceptance import first_error
-
     if code == 0:
         return None
     lines = log.splitlines()
