@@ -23,6 +23,9 @@ def verdict_cell(cells: dict | None) -> str:
         return f"**no**: {', '.join(failed)}" + (f" (not judged: {', '.join(errors)})" if errors else "")
     if errors:
         return f"not judged: {', '.join(errors)}"
+    if all(v["status"] == "skip" for v in cells.values()):  # e.g. the engine cannot build the target at all
+        reason = next(iter(cells.values())).get("summary", "").removeprefix("not judged: ")
+        return f"not judged: {reason[:160]}".replace("|", "/")
     return "yes"
 
 
