@@ -147,6 +147,42 @@ def write_renamed_safetensors(src: Path, dst: Path, renames: dict[str, str]) -> 
             shutil.copyfileobj(f, g, 16 << 20)
 
 
+def write_selected_safetensors(sources: dict[str, Path], dst: Path, chunk: int = 16 << 20) -> None:
+    """One safetensors file DST holding the tensors SOURCES names (tensor -> the safetensors file holding it), their
+    bytes streamed over in CHUNK-sized pieces (bounded memory whatever their size); a chunk of zeros is skipped over
+    rather than written, so a sparse source stays sparse."""
+    headers, files = {}, {}
+    for name, path in sources.items():
+        if path not in files:
+            with path.open("rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                files[path] = (8 + n, json.loads(f.read(n)))
+        headers[name] = files[path][1][name]
+    out, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, entry in headers.items():
+        size = entry["data_offsets"][1] - entry["data_offsets"][0]
+        out[name] = {"dtype": entry["dtype"], "shape": entry["shape"], "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(out, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with dst.open("wb") as g:
+        g.write(struct.pack("<Q", len(raw)))
+        g.write(raw)
+        for name, path in sources.items():
+            start, end = headers[name]["data_offsets"]
+            with path.open("rb") as f:
+                f.seek(files[path][0] + start)
+                left = end - start
+                while left:
+                    piece = f.read(min(chunk, left))
+                    left -= len(piece)
+                    if piece.count(0) == len(piece):
+                        g.seek(len(piece), 1)
+                    else:
+                        g.write(piece)
+        g.truncate()
+
+
 def write_renamed_index(src: Path, dst: Path, renames: dict[str, str]) -> None:
     """A ``*.index.json`` with its ``weight_map`` keys renamed (old -> new)."""
     index = json.loads(src.read_text())

@@ -122,10 +122,8 @@ def first_layer_of(target_dir: Path, out: Path) -> tuple[Path, str]:
     import json
     import os
 
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
     from contracts.checkpoint import Checkpoint, InputError, text_config
+    from contracts.hand_conversion import write_selected_safetensors
 
     try:
         target = Checkpoint.open_target(target_dir, require_weights=True)
@@ -134,11 +132,11 @@ def first_layer_of(target_dir: Path, out: Path) -> tuple[Path, str]:
                                f"head may be the target's): {e}") from None
     out.mkdir(parents=True)
     keep = {name: info for name, info in target.tensors.items() if not _later_layer(name)}
-    tensors = {}
-    for name, info in keep.items():
-        with safe_open(str(target.path / info.file), framework="pt") as f:
-            tensors[name] = f.get_tensor(name)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if any(not info.file.endswith(".safetensors") for info in keep.values()):
+        raise TargetBuildError("llama.cpp's replay takes a target whose weights are safetensors (this one's are "
+                               "pickle files)")
+    write_selected_safetensors({name: target.path / info.file for name, info in keep.items()},
+                               out / "model.safetensors")
     config = json.loads((Path(target_dir) / "config.json").read_text())
     text = text_config(config)
     text["num_hidden_layers"] = 1

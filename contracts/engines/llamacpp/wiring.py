@@ -18,40 +18,54 @@ from contracts.checkpoint import text_config
 from contracts.engines.llamacpp.loader import GGUF_DTYPES, row_major
 from contracts.engines.llamacpp.pair import pair
 from contracts.engines.llamacpp.version import engine
-from contracts.fingerprint import chunk_rows_for, fingerprint, tensor_chunks
+from contracts.fingerprint import chunk_rows_for, fingerprint
 from contracts.observations_wiring import HeldTensor, WiringObservation
 
 WIRING = "llama_model_eagle3 decoder graph: its own tok_embd / output, else ctx_other's (the target's)"
 ROLES = {"embed": "token_embd.weight", "head": "output.weight"}
 
 
-def _values(gguf_path: Path, name: str):
-    """A GGUF tensor's values (row-major, as torch) and its type, read with the tree's own gguf-py."""
+def _rows(gguf_path: Path, name: str):
+    """A GGUF tensor as (its row-major shape, its type, a function giving rows [a, b) as float32 torch), read with the
+    tree's own gguf-py from the file's memory map: a Llama-3.1-8B-sized embedding is never whole in memory."""
     import numpy as np
     import torch
     from gguf import GGUFReader
 
     tensor = next((t for t in GGUFReader(str(gguf_path)).tensors if t.name == name), None)
     if tensor is None:
-        return None, None
-    data = np.array(tensor.data).reshape(row_major(tensor.shape))
-    return torch.from_numpy(data.astype(np.float32, copy=False)), tensor.tensor_type.name
+        return None, None, None
+    shape, kind = row_major(tensor.shape), tensor.tensor_type.name
+    data = np.asarray(tensor.data)
+    if kind == "BF16":  # gguf-py hands bfloat16 over as its raw bytes
+        data = data.reshape(-1).view(np.uint16).reshape(shape)
+    else:
+        data = data.reshape(shape)
+
+    def rows(a: int, b: int):
+        part = data[a:b]
+        if kind == "BF16":
+            part = (part.astype(np.uint32) << 16).view(np.float32)
+        return torch.from_numpy(np.ascontiguousarray(part, dtype=np.float32))
+
+    return shape, kind, rows
 
 
 def _held(role: str, made, own: bool) -> HeldTensor:
     name = ROLES[role]
     source = made.draft if own else made.target
-    values, kind = _values(Path(source["gguf"]), name)
-    if values is None:
+    shape, kind, rows = _rows(Path(source["gguf"]), name)
+    if shape is None:
         return HeldTensor(param=name, shape=[], dtype="float32", same_object_as=None, replaced=False,
                           unwritten_fraction=1.0)
     written_by = [k for k, names in source.get("tensors", {}).items() if name in names]
-    step = chunk_rows_for(values.shape)
+    step = chunk_rows_for(shape)
     dtype = GGUF_DTYPES.get(kind, "float32")
-    return HeldTensor(param=name, shape=list(values.shape), dtype=dtype,
+    chunks = (rows(a, min(a + step, shape[0])) for a in range(0, shape[0], step))
+    return HeldTensor(param=name, shape=shape, dtype=dtype,
                       same_object_as=None if own else f"target:{written_by[0] if written_by else name}",
                       replaced=not own, unwritten_fraction=0.0, written_by=written_by,
-                      fingerprint=fingerprint(tensor_chunks(values, step), dtype, step))
+                      fingerprint=fingerprint(chunks, dtype, step))
 
 
 def observe_embed_head(engine_dir, target_dir, runner=None) -> WiringObservation:
