@@ -97,17 +97,20 @@ def _outputs(graph, inputs):
 
 
 def _rope(draft: dict, trained_config: dict, target_config: dict | None) -> dict:
-    """The rope llama.cpp applies (the GGUF's base and scaling, as its loader reads them) against the trainer's."""
+    """The rope llama.cpp applies (what its loader reads from the GGUF: the base, the scaling type, and for the llama3
+    schedule the frequency factors the converter writes as ``rope_freqs.weight``) against the trainer's; ``same`` is
+    None where the two cannot be compared this way (another scaling schedule)."""
     meta = draft.get("metadata", {})
     base = meta.get("eagle3.rope.freq_base")
-    scaling = meta.get("eagle3.rope.scaling.type")
+    applied_type = "llama3" if "rope_freqs.weight" in (draft.get("tensors_gguf") or {}) else \
+        meta.get("eagle3.rope.scaling.type") or "none"
     theta, trained_scaling = rope_of(trained_config)
     if theta is None and target_config is not None:
         theta, _ = rope_of(text_config(target_config))
-    trained_type = (trained_scaling or {}).get("rope_type") or (trained_scaling or {}).get("type")
-    applied = {"class": "ggml_rope_ext", "base": base, "scaling": scaling or "none"}
+    trained_type = (trained_scaling or {}).get("rope_type") or (trained_scaling or {}).get("type") or "none"
+    trained_type = "none" if trained_type == "default" else trained_type
+    applied = {"class": "ggml_rope_ext", "base": base, "scaling": applied_type}
     same = None
-    if base is not None and theta is not None:
-        same = float(base) == float(theta) and (scaling or "none") in (trained_type or "none", "none" if
-                                                                       trained_type in (None, "default") else "")
+    if base is not None and theta is not None and trained_type in ("none", "linear", "yarn", "llama3"):
+        same = float(base) == float(theta) and applied_type == trained_type
     return {"applied": applied, "trained": {"rope_theta": theta, "rope_scaling": trained_scaling}, "same": same}

@@ -13,7 +13,7 @@ import atexit
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
@@ -27,9 +27,10 @@ GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PROBE_TIMEOUT_S = 300
 
 _scratch: Path | None = None
-_pairs: dict[tuple, "Pair"] = {}
-_targets: dict[tuple, dict] = {}
-_refused_targets: dict[str, str] = {}  # draft folder -> the converter's refusal of the target it was given  # (target folder, its files' stamp) -> convert_target's answer
+_pairs: dict[tuple, "Pair"] = {}  # the last KEEP pairs made, oldest first
+_targets: dict[tuple, dict] = {}  # (target folder, its files' stamp) -> convert_target's answer
+_refused_targets: dict[str, str] = {}  # draft folder -> the converter's refusal of the target it was given
+KEEP = 4  # pairs kept loaded in one worker (a subject asks each of its observations of one pair, in turn)
 
 
 @dataclass
@@ -41,7 +42,12 @@ class Pair:
     folder: Path
     graph: object | None = None  # graph.DraftGraph: the pair loaded by llama.cpp
     loader_error: str | None = None  # the first error llama.cpp's loader logged (the pair did not load)
-    notes: dict = field(default_factory=dict)
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.graph.close()
+            self.graph = None
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     @property
     def converter_refusal(self) -> str | None:
@@ -109,6 +115,8 @@ def pair(draft_dir, target_dir) -> Pair:
         except GraphError as e:
             made.loader_error = str(e)
     _pairs[key] = made
+    while len(_pairs) > KEEP:  # a sweep judges many drafts in one worker: their GGUFs and graphs are not all kept
+        _pairs.pop(next(iter(_pairs))).close()
     return made
 
 
@@ -208,8 +216,7 @@ def converted_with(made: Pair, changes: dict, tag: str) -> dict:
 def close_all() -> None:
     global _scratch
     for made in _pairs.values():
-        if made.graph is not None:
-            made.graph.close()
+        made.close()
     _pairs.clear()
     _targets.clear()
     if _scratch is not None:
