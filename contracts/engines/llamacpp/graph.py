@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -67,7 +68,9 @@ def compiled() -> Path:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _library():
+    """The compiled replay, loaded and typed once per process (every DraftGraph shares it)."""
     lib = ctypes.CDLL(str(compiled()), mode=ctypes.RTLD_GLOBAL)
     lib.e3_open.restype = ctypes.c_void_p
     lib.e3_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,

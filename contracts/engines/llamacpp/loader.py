@@ -12,6 +12,7 @@ the target model).
 
 from __future__ import annotations
 
+import math
 import re
 
 from contracts.checkpoint import Checkpoint
@@ -66,7 +67,8 @@ def observe_load(engine_dir, target_dir=None, runner=None) -> LoadObservation:
         names = made.gguf_name_of(key)
         if not names and key.endswith("d2t") and draft.get("d2t") is not None:
             names = ["d2t"]  # kept aside by modify_tensors, written by prepare_tensors as int64 absolute ids
-        calls = [LoadCall(param=n, error=blamed.get(n), written=None if blamed.get(n) else _numel(gguf, n))
+        calls = [LoadCall(param=n, error=blamed.get(n),
+                          written=None if blamed.get(n) or n not in gguf else math.prod(gguf[n]["shape"]))
                  for n in names]
         if key == refused_at:  # the tensor the converter raised on (nothing was built: tensor-shapes is not judged)
             calls.append(LoadCall(param="(no GGUF tensor)", error=made.converter_refusal))
@@ -104,16 +106,6 @@ def _expected(loader_error: str | None) -> list[int] | None:
     the checkpoint's order."""
     found = EXPECTED_SHAPE.search(loader_error or "")
     return row_major([int(n) for n in found.group(1).replace(" ", "").split(",") if n]) if found else None
-
-
-def _numel(gguf: dict, name: str) -> int | None:
-    t = gguf.get(name)
-    if t is None:
-        return None
-    n = 1
-    for d in t["shape"]:
-        n *= int(d)
-    return n
 
 
 def _loader_blame(made) -> dict:
