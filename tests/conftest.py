@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -36,6 +37,34 @@ def tree_digest(path: Path) -> dict[str, str]:
 
 
 DELETE = "<delete this key>"  # config value that removes the key (None writes JSON null)
+# what a run says on stderr as it goes (an environment or a trainer's reference made once), never an error
+PROGRESS = re.compile(r"^eagle3-contracts: (making |made |\[)")
+
+
+def weights_apart(a: Path, b: Path) -> float:
+    """The largest difference between two safetensors files' floating tensors, relative to each tensor's largest value
+    (their names, shapes, dtypes and integer tensors must be equal, else AssertionError). A build trained again on
+    another CPU differs in its last bits (its kernels accumulate in another order): byte for byte is a property of one
+    machine, these are of the recipe."""
+    from safetensors.torch import load_file
+
+    x, y = load_file(str(a)), load_file(str(b))
+    assert sorted(x) == sorted(y), (sorted(x), sorted(y))
+    worst = 0.0
+    for name in x:
+        assert (x[name].dtype, x[name].shape) == (y[name].dtype, y[name].shape), name
+        if not x[name].is_floating_point():
+            assert bool((x[name] == y[name]).all()), f"{name} differs"
+            continue
+        scale = float(y[name].float().abs().max()) or 1.0
+        worst = max(worst, float((x[name].float() - y[name].float()).abs().max()) / scale)
+    return worst
+
+
+def errors_in(err: str) -> str:
+    """STDERR without the progress lines a first run prints (``contracts.engines.environments.progress``, the
+    reference made on the spot): what is left is what went wrong."""
+    return "".join(line for line in err.splitlines(keepends=True) if not PROGRESS.match(line))
 
 
 def make_copy(src: Path, dst: Path, *, add=None, remove=(), replace=None, config=None) -> Path:

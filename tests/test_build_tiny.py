@@ -19,7 +19,7 @@ import pytest
 
 from contracts.builds import RECORD, read_record, twin_expectations
 from contracts.tables.trainer_compatibility import build
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, REPO, weights_apart
 
 pytestmark = pytest.mark.xdist_group("trainer-builds")  # one worker builds each environment (they share a lock)
 
@@ -179,8 +179,14 @@ def test_accept_trains_to_convergence_in_a_training_repository_and_measures_it_b
     assert float(props["bundled_mean_acceptance_length"]) >= 1.8
     record = read_record(tmp_path / "builds" / "speculators-converged")
     assert record["trainer_version"] == "0.9.0" and record["bundled_twin"] == "converged-speculators"
-    # the fixture's release, the fixture's builder: the bundled converged draft, byte for byte
-    assert record["files"] == json.loads((FIXTURES / "manifest.json").read_text())["converged-speculators"]["files"]
+    # the fixture's release, the fixture's builder: the bundled converged draft (its config byte for byte; its
+    # bfloat16 weights, trained for many steps, within 2^-5 of the bundled ones: 1.3% apart between the AVX-512
+    # machine that trained them and an AVX2 one)
+    files = json.loads((FIXTURES / "manifest.json").read_text())["converged-speculators"]["files"]
+    assert sorted(record["files"]) == sorted(files) and record["files"]["config.json"] == files["config.json"]
+    built = tmp_path / "builds" / "speculators-converged" / "draft"
+    assert weights_apart(built / "model.safetensors", FIXTURES / "converged" / "speculators" / "model.safetensors") \
+        <= 2 ** -5
 
 
 def test_accept_fails_a_converged_build_the_engine_accepts_less_than_the_bundled_draft(tmp_path):
@@ -208,11 +214,13 @@ def test_build_tiny_says_when_the_trainer_is_not_installed(tmp_path, capsys):
 
 def test_automodel_070_builds_the_bundled_draft_and_gets_its_verdicts(capsys):
     """NeMo Automodel 0.7.0 in the environment derived from its metadata: its EAGLE-3 recipe and serve_vllm export
-    write the bundled automodel-vllm-hd32 weights byte for byte, and the build gets the twin's verdicts."""
+    write the bundled automodel-vllm-hd32 weights (to within another CPU's float32 rounding), and the build gets the
+    twin's verdicts."""
     out = _built("automodel", "0.7.0")
     twin = FIXTURES / "drafts" / "automodel-vllm-hd32"
     weights = "model-00001-of-00001.safetensors"
-    assert _sha(out / "draft" / weights) == _sha(twin / weights)
+    # one epoch of float32 training: the bundled weights to within float32 accumulation on another CPU (3e-5)
+    assert weights_apart(out / "draft" / weights, twin / weights) <= 1e-4
     record = read_record(out)
     assert record["trainer_version"] == "0.7.0" and record["bundled_twin"] == "automodel-vllm-hd32"
     assert "nemo_automodel.recipes.llm.train_eagle3.TrainEagle3Recipe.setup" in record["functions_called"]
