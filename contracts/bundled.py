@@ -39,7 +39,8 @@ def _subject(name: str, entry: dict, entries: dict, engine: str, target=None):
                    intended_ids=entry.get("selected_target_ids"), trainer=entry["trainer"],
                    trainer_aux_ids=entry.get("aux_layer_ids"),
                    reference_path=root / entry["reference"]["path"] if entry.get("reference") else None,
-                   engine=engine)
+                   engine=engine, no_reference_because=None if entry.get("reference") else
+                   f"the bundled draft records none (fixtures/manifest.json: {name} was built without one)")
 
 
 def bundled_subject_for(checkpoint, engine: str, target=None):

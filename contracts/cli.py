@@ -13,10 +13,12 @@
                             (acceptance on vLLM's or llama.cpp's own serving loop, CPU, beside the trainer's
                             expectation; exit 1 when it falls short of it beyond noise, or the engine refuses the draft)
 
-Exit codes: 0 every contract holds (warnings allowed unless --strict; for matrix: at least one engine serves
-the draft as trained; for convert: the engine serves DST as trained), 1 a contract fails (matrix: no engine
-serves it; convert: DST is still not served as trained, and why), 2 the input or the invocation is
-unusable (one line on stderr, nothing written). ``--engine sglang==X`` for a release other than the one
+Exit codes (``contracts.report.EXIT_CODES``; docs/checking-a-draft.md#exit-codes): 0 every contract judged holds
+(warnings allowed unless --strict; for matrix: at least one engine serves the draft as trained; for convert: the
+engine serves DST as trained), 1 a contract fails (matrix: no engine serves it; convert: DST is still not served as
+trained, and why; accept: a collapse or a gap beyond noise), 2 the input or the invocation is unusable (one line on
+stderr, nothing written), 3 nothing fails but a contract was not judged for want of an input the user can give
+(--target, the target's weights, --trainer; --allow-not-judged accepts it). ``--engine sglang==X`` for a release other than the one
 installed here runs the engine side in that release's cached environment (contracts.engines.environments). Every
 verdict is about the code path a GPU deployment of the release takes by default (vLLM: Model Runner V2; SGLang: the
 worker its release constructs), and says so; ``--runner v1`` (vLLM) judges the other runner.
@@ -64,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--format", choices=FORMATS, default="text")
     c.add_argument("--output", help="write the report to FILE instead of stdout")
     c.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    c.add_argument("--allow-not-judged", action="store_true",
+                   help="exit 0 although a contract was not judged for want of an input you could give (--target, "
+                        "the target's weights, --trainer); without it such a run exits 3")
     c.add_argument("--examples", action="store_true", help="check every bundled example")
     m = sub.add_parser("matrix", help="which engine releases serve a draft as trained (contract × release table)")
     m.add_argument("checkpoint", help="draft checkpoint directory")
@@ -77,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--all-paths", action="store_true",
                    help="a row for every path judged (vLLM: both model runners), not only where they disagree")
     m.add_argument("--output", help="write the matrix to FILE instead of stdout")
+    m.add_argument("--allow-not-judged", action="store_true",
+                   help="exit 0 although a contract was not judged for want of an input you could give (as for check)")
     b = sub.add_parser("build-tiny", help="build a tiny draft with the trainer release installed here (then: check DIR)")
     b.add_argument("--trainer", choices=("speculators", "specforge", "modelopt", "automodel"), required=True)
     b.add_argument("--out", required=True, help="output directory (new, empty, or an earlier build-tiny output)")
@@ -223,7 +230,7 @@ def _run_check(args) -> int:
     if args.examples:
         return _finish_examples(reports, args)
     _emit(render(reports, args.format), args.output)
-    return exit_code(reports, args.strict)
+    return exit_code(reports, args.strict, args.allow_not_judged)
 
 
 def _run_matrix(args) -> int:
@@ -237,14 +244,19 @@ def _run_matrix(args) -> int:
     for spec in engines:
         _check_engine(spec)
     only = _selected(args.only)
-    subjects = {e: [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer, engine=e)]
-                for e in engines}
+    from contracts.bundled import bundled_subject_for
+
+    def subject(engine):  # a bundled example's directory: with its trainer's facts and reference, as check has it
+        bundled = None if args.trainer else bundled_subject_for(args.checkpoint, engine, args.target)
+        return bundled or Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer, engine=engine)
+
+    subjects = {e: [subject(e)] for e in engines}
     first = subjects[engines[0]][0]
     _guard_output(args.output, [first.checkpoint_path] + ([first.target_path] if first.target_path else []))
     first.checkpoint, first.target  # noqa: B018  (validate the inputs before any engine work)
     doc = matrix.run(subjects, only)
     _emit(matrix.render(doc, args.format, all_paths=args.all_paths), args.output)
-    return matrix.exit_code(doc)
+    return matrix.exit_code(doc, args.allow_not_judged)
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -334,6 +346,7 @@ def _run_convert(args) -> int:
 
 
 def _run_build_tiny(args) -> int:
+    from contracts.report import command_prefix
     from contracts.trainers.common import TrainerAPIChanged
     from contracts.trainers.tiny import BuildRefused, build_tiny
 
@@ -345,7 +358,7 @@ def _run_build_tiny(args) -> int:
     except (BuildRefused, TrainerAPIChanged) as e:
         raise UsageError(f"build-tiny: {e}") from None
     print(f"built a tiny {record['trainer']} {record['trainer_version']} draft in {args.out}/draft (target "
-          f"{record['target']}, reference {record['reference'] or 'none'}); judge it: eagle3-contracts check "
+          f"{record['target']}, reference {record['reference'] or 'none'}); judge it: {command_prefix()} check "
           f"{args.out} --engine ...", file=sys.stderr)
     return 0
 

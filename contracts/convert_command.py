@@ -99,6 +99,24 @@ def conversion_record(trained: dict | None, engine: str, src: Path, form: str, p
     return out
 
 
+def trainer_given(trainer: str | None, record: dict, ckpt: Checkpoint) -> bool:
+    """Whether the trainer of SRC was named (``--trainer``) rather than recognised, as ``check`` asks before it
+    treats a bundled draft's directory as that bundled draft."""
+    return bool(trainer) and trainer != record.get("trainer") and trainer != ckpt.trainer_format
+
+
+def bundled_facts(src: Path, target: Path | None) -> dict | None:
+    """A bundled draft's facts (the ids its trainer selected and trained on, its reference forward) when SRC is that
+    draft's directory, as ``check`` judges it; None for any other directory."""
+    from contracts.bundled import bundled_subject_for
+
+    bundled = bundled_subject_for(src, "sglang", target)
+    if bundled is None:
+        return None
+    return {k: getattr(bundled, k) for k in ("intended_ids", "trainer_aux_ids", "reference_path")
+            if getattr(bundled, k) is not None}
+
+
 def _subject(src: Path, target: Path | None, engine: str, trainer: str | None, served_as: Path, **facts):
     from contracts.subject import Subject
 
@@ -260,6 +278,8 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
         raise InputError(f"{src}/config.json: this copy records that {record['trainer']} trained it ({RECORD_KEY}), "
                          f"but --trainer says {trainer}")
     trainer = trainer or record.get("trainer") or (ckpt.trainer_format if ckpt.trainer_format in TRAINERS else None)
+    if facts is None and not trainer_given(trainer, record, ckpt):
+        facts = bundled_facts(src, target_path)
     if target_path is not None:
         Checkpoint.open_target(target_path)
     if target_path is None:

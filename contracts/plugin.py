@@ -47,6 +47,9 @@ def pytest_addoption(parser):
                     help="engine under test: sglang (installed here), sglang==X, vllm or vllm==X (each in its own "
                          "cached environment), judged on the path a GPU deployment of that release takes by default; "
                          "vllm==X:v1 / :v2 judges that model runner; repeatable: every subject is judged on each")
+    group.addoption("--allow-not-judged", action="store_true", default=False, dest="contracts_allow_not_judged",
+                    help="a contract not judged for want of an input you could give (--target, the target's weights, "
+                         "--trainer) is a skip; without it, an item that fails saying which input would judge it")
     group.addoption("--runner", default=None, choices=("v1", "v2"), dest="contracts_runner",
                     help="judge every vLLM engine of this run on this model runner instead of its release's default")
 
@@ -100,11 +103,15 @@ def pytest_configure(config):
                 raise pytest.UsageError(str(e)) from None
             if record is not None:  # a build-tiny output: its record's facts, its twin's documented verdicts
                 subjects.append(subject_for(ckpt, engine, name=name, target=target))
+                _REPRODUCE[name] = ["--checkpoint", ckpt, *(["--target", target] if target else []),
+                                    *_engine_args(engine)]
                 expected.update({(name, c): why for c, why in (twin_expectations(record, engine) or {}).items()})
                 continue
             trainers = config.getoption("trainer")
-            subjects.append(Subject(name, ckpt, target, trainer=trainers[i] if i < len(trainers) else None,
-                                    engine=engine))
+            trainer = trainers[i] if i < len(trainers) else None
+            subjects.append(Subject(name, ckpt, target, trainer=trainer, engine=engine))
+            _REPRODUCE[name] = ["--checkpoint", ckpt, *(["--target", target] if target else []),
+                                *(["--trainer", trainer] if trainer else []), *_engine_args(engine)]
         for subject in subjects:  # every input validated once, before any engine work: one line, not one per item
             try:
                 subject.checkpoint, subject.target  # noqa: B018
@@ -114,6 +121,7 @@ def pytest_configure(config):
             if "directory" in built:
                 name = _named(f"build-{trainer}", engine)
                 subjects.append(subject_for(built["directory"], engine, name=name))
+                _REPRODUCE[name] = ["--build-with", trainer, *_engine_args(engine)]
                 record = read_record(built["directory"])
                 expected.update({(name, c): why for c, why in (twin_expectations(record, engine) or {}).items()})
     config.stash.setdefault(_SUBJECTS_KEY, [])[:0] = subjects
@@ -121,6 +129,23 @@ def pytest_configure(config):
 
 
 _BUILDS_KEY = pytest.StashKey[dict]()
+# subject name -> the options that judge it again (its --checkpoint/--target/--trainer or --build-with, its --engine)
+_REPRODUCE: dict[str, list[str]] = {}
+
+
+def _engine_args(engine: str) -> list[str]:
+    from contracts.engines import canonical
+
+    return [] if engine == "sglang" else ["--engine", canonical(engine)]
+
+
+def reproduce(subject_name: str, engine: str, contract_id: str) -> str:
+    """The pytest command that judges this item again, as it was asked for (a bundled subject, which this
+    repository's conftest adds: the contract on every bundled subject under that engine)."""
+    import shlex
+
+    args = [*_REPRODUCE.get(subject_name, _engine_args(engine)), "--contracts-only", contract_id]
+    return " ".join(["pytest -m contracts", *(shlex.quote(str(a)) for a in args)])
 
 
 def _builds(config) -> dict:
@@ -203,6 +228,10 @@ class ContractFailed(Exception):
     pass
 
 
+class NotJudged(Exception):
+    """A contract left unjudged on a draft the user named, for want of an input they could give: never a silent pass."""
+
+
 class ContractItem(pytest.Item):
     def __init__(self, *, contract_id: str, subject, **kwargs):
         super().__init__(**kwargs)
@@ -227,6 +256,10 @@ class ContractItem(pytest.Item):
         self.user_properties.append(("path", path_record(self.subject)))
         if result.status == FAIL:
             raise ContractFailed(result)
+        if result.status == SKIP and result.needs and self.subject.name in _REPRODUCE and \
+                not self.config.getoption("contracts_allow_not_judged"):
+            raise NotJudged(f"{result.contract} not judged on {self.subject.checkpoint_path}: {result.summary}; "
+                            f"give {result.needs} (or --allow-not-judged to accept this)")
         if result.status == SKIP:
             pytest.skip(result.summary)
         if result.status == WARN:
@@ -251,9 +284,12 @@ class ContractItem(pytest.Item):
             lines += _evidence_lines(result.evidence)
             if result.fix:
                 lines.append(f"fix: {result.fix}")
+            lines.append(f"reproduce: {reproduce(self.subject.name, self.subject.engine, result.contract)}")
             return "\n".join(lines)
         from contracts.checkpoint import InputError
 
+        if isinstance(excinfo.value, NotJudged):
+            return str(excinfo.value)
         if isinstance(excinfo.value, InputError):
             return f"unusable input: {excinfo.value}"
         return super().repr_failure(excinfo)

@@ -22,7 +22,12 @@ class NotADraft(EngineRefused):
 
 
 class TargetRefused(Exception):
-    """The engine's own code refused to build the target model (the contracts that need it skip)."""
+    """The engine's own code refused to build the target model (the contracts that need it skip; ``needs``: the input
+    the user could give that would let it, as the engine said)."""
+
+    def __init__(self, message: str, needs: str | None = None):
+        super().__init__(message)
+        self.needs = needs
 
 # how a contract's failure begins when the engine refused to build the draft (config's, or, when config is not
 # judged, the first contract that met the refusal: the same finding under another contract's name)

@@ -24,9 +24,14 @@ class Result:
     fix: str | None = None
     # for a failure: the failing contracts it follows from (their failure explains this one); [] = a root cause
     follows_from: list[str] | None = None
+    # for a skip: the input the user could give that would judge it ("--target DIR", "--trainer NAME", "the target's
+    # weights"); such a skip is not a pass (the run exits NOT_JUDGED unless the user allows it)
+    needs: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        if self.needs is None:
+            del d["needs"]
         if self.follows_from is None:
             del d["follows_from"]
         else:
@@ -42,7 +47,7 @@ class SubjectView(Protocol):
     name: str
     checkpoint_path: Path
     target_path: Path | None
-    reference_path: Path | None
+    reference_path: Path | None  # the bundled or recorded reference, if any (``reference`` is the one judged)
     intended_ids: list[int] | None
     engine_dir: Path  # the directory the engine reads (the checkpoint, or the conversion judged)
     converted: bool  # the engine reads a conversion of the checkpoint, not the directory as saved
@@ -74,7 +79,12 @@ class SubjectView(Protocol):
     def embed_head(self): ...  # WiringObservation
 
     @property
+    def reference(self): ...  # contracts.references.Reference: the trainer's reference forward, or why there is none
+
+    @property
     def forward(self): ...  # ForwardObservation
+
+    def forward_for(self, reference): ...  # ForwardObservation of another reference (an unknown trainer's candidates)
 
     def convert_command(self, verbatim: bool = True) -> str: ...
 

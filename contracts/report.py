@@ -13,9 +13,38 @@ from contracts.registry import FAIL, PASS, SKIP, WARN
 MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIP: "SKIP"}
 
 
-def exit_code(reports: list[dict], strict: bool = False) -> int:
+# The exit codes of every command, in one place (docs/checking-a-draft.md#exit-codes says the same to users)
+OK, FAILED, UNUSABLE, NOT_JUDGED = 0, 1, 2, 3
+EXIT_CODES = {
+    OK: "every contract judged holds (warnings too, unless --strict)",
+    FAILED: "a contract fails: the engine does not serve the draft as trained (or a warning, with --strict)",
+    UNUSABLE: "the input or the invocation is unusable (one line on stderr, nothing written)",
+    NOT_JUDGED: "nothing fails, but a contract was not judged for want of an input you can give (--target, the "
+                "target's weights, --trainer); --allow-not-judged accepts that",
+}
+
+
+def not_judged(reports: list[dict]) -> dict[str, list[str]]:
+    """input the user could give -> the contracts left unjudged for want of it, over REPORTS."""
+    out: dict[str, list[str]] = {}
+    for rep in reports:
+        for r in rep["results"]:
+            if r["status"] == SKIP and r.get("needs") and r["contract"] not in out.get(r["needs"], []):
+                out.setdefault(r["needs"], []).append(r["contract"])
+    return out
+
+
+def exit_code(reports: list[dict], strict: bool = False, allow_not_judged: bool = False) -> int:
     statuses = {r["status"] for rep in reports for r in rep["results"]}
-    return 1 if FAIL in statuses or (strict and WARN in statuses) else 0
+    if FAIL in statuses or (strict and WARN in statuses):
+        return FAILED
+    return NOT_JUDGED if not allow_not_judged and not_judged(reports) else OK
+
+
+def not_judged_lines(reports: list[dict]) -> list[str]:
+    """What a text report ends with when a contract was left unjudged for want of an input the user can give."""
+    return [f"NOT JUDGED for want of {needs}: {', '.join(ids)} (give it, or --allow-not-judged to accept this)"
+            for needs, ids in not_judged(reports).items()]
 
 
 # how a report says that the path judged is the default one, per kind of path (vLLM's runners, SGLang's workers,
@@ -34,14 +63,39 @@ def path_label(rep: dict) -> str:
     return f"{p['label']} (asked for; a GPU deployment runs {p.get('default_label') or p['default']})"
 
 
+def command_prefix() -> str:
+    """How to run this tool again as it was run now: through tox (``tox -e check --``, as the README runs it; tox sets
+    ``TOX_ENV_NAME``), the console script, or ``python -m contracts.cli``; the console script when it is used as a
+    library (the tests, the plugin). Before, every reproduce line said ``eagle3-contracts``, which a user who runs the
+    tool through tox does not have on their PATH ("command not found")."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("")
+    env = os.environ.get("TOX_ENV_NAME")
+    if argv0.name == "eagle3-contracts" and env:
+        ini = Path(os.environ.get("TOX_ENV_DIR") or ".").resolve().parent.parent / "tox.ini"
+        here = ini.parent == Path.cwd().resolve() or not ini.is_file()
+        return f"tox -e {env} --" if here else f"tox -c {shlex.quote(str(ini))} -e {env} --"
+    if argv0.name == "eagle3-contracts":
+        found = shutil.which("eagle3-contracts")
+        same = found is not None and Path(found).resolve() == argv0.resolve()
+        return "eagle3-contracts" if same else shlex.quote(str(argv0))
+    if argv0.name == "cli.py" and argv0.parent.name == "contracts":
+        return f"{shlex.quote(sys.executable)} -m contracts.cli"
+    return "eagle3-contracts"
+
+
 def _reproduce(rep: dict, contract: str) -> str:
-    cmd = ["eagle3-contracts", "check", rep["checkpoint"]]
+    cmd = [command_prefix(), "check", rep["checkpoint"]]
     if rep.get("target"):
         cmd += ["--target", rep["target"]]
     spec = EngineSpec.parse(rep.get("engine_spec") or "sglang")
     if str(spec) != "sglang":
         cmd += ["--engine", str(spec.with_runner(None))] + (["--runner", spec.runner] if spec.runner else [])
-    return " ".join(shlex.quote(c) for c in cmd + ["--only", contract])
+    return " ".join([cmd[0], *(shlex.quote(c) for c in cmd[1:] + ["--only", contract])])
 
 
 def _evidence_lines(evidence: dict) -> list[str]:
@@ -82,13 +136,22 @@ def table(reports: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def _duration(rep: dict) -> str:
+    """The check's time, and apart from it what it spent making environments and references once."""
+    setup = rep.get("setup_s") or 0.0
+    if setup < 0.5:
+        return f"{rep['duration_s']:.1f}s"
+    return (f"{rep['duration_s'] - setup:.1f}s checking + {setup:.0f}s making environments and references once, "
+            f"kept for later runs")
+
+
 def render_text(reports: list[dict]) -> str:
     out = []
     for rep in reports:
         engine = rep["engine"]
         out.append(f"{rep.get('name') or rep['checkpoint']}  ({rep['trainer_format']} checkpoint, "
                    f"target {rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
-                   f"{rep['duration_s']:.1f}s)")
+                   f"{_duration(rep)})")
         out.append(f"  judged on {path_label(rep)}")
         if (rep.get("judged_as") or {}).get("form") == "converted":
             out.append(f"  judged in its verbatim conversion, as `{rep['judged_as']['command']}` (a hand conversion) "
@@ -107,6 +170,7 @@ def render_text(reports: list[dict]) -> str:
         out.append("")
     if len(reports) > 1:
         out.append(table(reports))
+    out += not_judged_lines(reports)
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -39,6 +39,9 @@ class Subject:
     # the directory the engine reads when it is not the checkpoint itself: a ``convert`` output of this checkpoint
     # (the verdicts are then about that copy; the trained facts, such as its config and aux ids, stay the checkpoint's)
     served_as: Path | None = None
+    # why no trainer reference is made on the spot for this subject, when one must not be (a bundled draft whose
+    # manifest records none: its verdicts are documented, and the fast tier runs without trainer environments)
+    no_reference_because: str | None = None
 
     def __post_init__(self):
         self.checkpoint_path = Path(self.checkpoint_path)
@@ -101,7 +104,7 @@ class Subject:
         try:
             return self.adapter.load(self.engine_dir, self.target_path, runner=self.runner), None
         except TargetBuildError as e:  # an engine that loads a draft only beside its target (llama.cpp's converter)
-            return None, TargetRefused(str(e))
+            return None, TargetRefused(str(e), e.needs)
         except EngineBuildError as e:
             return None, EngineRefused(str(e))
 
@@ -150,12 +153,15 @@ class Subject:
         """The hand conversion the verdicts judge (``--verbatim``), or the faithful one to deploy."""
         import shlex
 
+        from contracts.report import command_prefix
+
         src = str(self.checkpoint_path).rstrip("/")
         if verbatim:
-            return f"eagle3-contracts convert --to sglang --verbatim {shlex.quote(src)} {shlex.quote(src + '-sglang')}"
+            return (f"{command_prefix()} convert --to sglang --verbatim {shlex.quote(src)} "
+                    f"{shlex.quote(src + '-sglang')}")
         target = shlex.quote(str(self.target_path)) if self.target_path else "TARGET"
         engine = f" --engine {self.engine}" if "==" in self.engine else ""
-        return (f"eagle3-contracts convert --to sglang {shlex.quote(src)} {shlex.quote(src + '-sglang')} "
+        return (f"{command_prefix()} convert --to sglang {shlex.quote(src)} {shlex.quote(src + '-sglang')} "
                 f"--target {target}{engine}")
 
     @cached_property
@@ -247,7 +253,7 @@ class Subject:
         try:
             return self.adapter.aux(self.engine_dir, self.target_path, wanted, runner=self.runner)
         except TargetBuildError as e:  # (a subclass of EngineBuildError: first)
-            raise TargetRefused(str(e)) from None
+            raise TargetRefused(str(e), e.needs) from None
         except EngineBuildError as e:  # a load the engine stopped part-way (llama.cpp's converter): no draft built
             raise EngineRefused(str(e)) from None
 
@@ -266,7 +272,7 @@ class Subject:
             return self.adapter.config(self.engine_dir, trained_config(original), switches_in(flat, original),
                                        self.target.config if self.target is not None else None)
         except TargetBuildError as e:  # (a subclass of EngineBuildError: first)
-            raise TargetRefused(str(e)) from None
+            raise TargetRefused(str(e), e.needs) from None
         except EngineBuildError as e:  # dispatched, then refused while building (e.g. a missing config key)
             raise EngineRefused(str(e)) from None
 
@@ -324,15 +330,29 @@ class Subject:
         return draft_only_rope_scaling(self)
 
     @cached_property
+    def reference(self):
+        """The trainer's reference forward ``forward-parity`` replays (``contracts.references.Reference``): the
+        bundled or recorded one, else one made on the spot by the trainer's own forward on these weights."""
+        from contracts.references import reference_for
+
+        return reference_for(self)
+
+    @cached_property
     def forward(self):
-        """The engine's ``ForwardObservation`` replaying the trainer's reference (needs reference and target)."""
+        """The engine's ``ForwardObservation`` replaying the trainer's reference (needs a reference: ``reference``),
+        wired to the target the reference was computed with (the synthetic one, for a target without weights)."""
+        return self.forward_for(self.reference)
+
+    def forward_for(self, reference):
+        """The engine's ``ForwardObservation`` replaying REFERENCE (a ``contracts.references.Reference`` with a path):
+        the subject's own, or, for a draft whose trainer is unknown, each known trainer's."""
         from contracts.engines.errors import EngineBuildError, TargetBuildError
 
         self.load  # noqa: B018  (an engine refusal is reported once, by the contract that meets it first)
         try:
-            return self.adapter.forward(self.engine_dir, self.target_path, self.reference_path, runner=self.runner)
+            return self.adapter.forward(self.engine_dir, reference.replay_target, reference.path, runner=self.runner)
         except TargetBuildError as e:  # (a subclass of EngineBuildError: first)
-            raise TargetRefused(str(e)) from None
+            raise TargetRefused(str(e), e.needs) from None
         except EngineBuildError as e:
             raise EngineRefused(str(e)) from None
 
@@ -346,7 +366,7 @@ class Subject:
         try:
             return self.adapter.embed_head(self.engine_dir, self.target_path, runner=self.runner), None
         except TargetBuildError as e:
-            return None, TargetRefused(str(e))
+            return None, TargetRefused(str(e), e.needs)
         except EngineBuildError as e:
             return None, EngineRefused(str(e))
 
@@ -389,7 +409,8 @@ class Subject:
                                           {"engine_error": str(e)}))
             except TargetRefused as e:  # the engine cannot build the target: this contract cannot be judged here
                 results.append(Result(c.id, SKIP, f"not judged: the engine cannot build the target: {e}",
-                                      {"engine_error": str(e)}))
+                                      {"engine_error": str(e)}, f"give {e.needs}" if e.needs else None,
+                                      needs=e.needs))
             except ReplayError as e:  # this suite cannot replay that part of the engine on this release
                 results.append(Result(c.id, SKIP, f"not judged: {e}", {"replay_error": str(e)}))
         return mark_causes(results)
@@ -426,8 +447,9 @@ def path_record(subject: Subject) -> dict | None:
 def report(subject: Subject, only: list[str] | None = None) -> dict:
     """Run the selected contracts on one subject; the JSON document of docs/checking-a-draft.md."""
     from contracts.engines import canonical
+    from contracts.engines.environments import setup_seconds
 
-    start = time.perf_counter()
+    start, setup = time.perf_counter(), setup_seconds()
     try:
         results = subject.run(only)
         doc = {
@@ -439,6 +461,8 @@ def report(subject: Subject, only: list[str] | None = None) -> dict:
             "trainer_format": subject.trainer_format,
             "results": [r.to_dict() for r in results],
             "duration_s": round(time.perf_counter() - start, 3),
+            # of it, making what a first run makes once: environments, the trainer's reference forward
+            "setup_s": round(setup_seconds() - setup, 3),
         }
         judged_as = subject.judged_as()
         if judged_as:  # converted: every verdict is for the form a user's conversion writes, not the saved one

@@ -90,10 +90,13 @@ FLOORS = [
     {"core": ("contracts", "contracts.checkpoint", "contracts.input_bounds", "contracts.observations",
               "contracts.observations_wiring", "contracts.registry", "contracts.report", "contracts.refusals",
               "contracts.renames", "contracts.conventions", "contracts.fingerprint", "contracts.manifest",
-              "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec")},
+              "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec",
+              "contracts.trainer_forms")},
     {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
+    # a subject asks its trainer's environment for a reference forward as it asks an engine for observations: the
+    # trainer environments sit on the subject's floor (their builds run trainer code in a subprocess, by module name)
     {"subject": ("contracts.subject", "contracts.convert_command", "contracts.recordings", "contracts.bundled",
-                 "contracts.builds")},
+                 "contracts.builds", "contracts.references", "contracts.trainers.environments")},
     {"runs": ("contracts.trainers", "contracts.accept")},
     {"tables": ("contracts.tables",)},
     {"front ends": ("contracts.cli", "contracts.plugin")},

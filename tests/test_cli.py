@@ -29,7 +29,7 @@ def test_check_json_document_has_the_documented_shape(capsys):
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == {"checkpoint", "target", "engine", "engine_spec", "path", "trainer_format", "results",
-                        "duration_s"}
+                        "duration_s", "setup_s"}
     assert doc["engine"] == {"name": "sglang", "version": "0.5.23"}
     # the path judged is the one a GPU deployment takes, found from the release's own code, and says so
     assert doc["path"]["kind"] == "worker" and doc["path"]["judged"] == "EAGLEWorkerV2" and doc["path"]["is_default"]
@@ -52,7 +52,7 @@ def test_converted_speculators_checkpoint_is_judged_and_reported_as_speculators(
 
 def test_failing_contract_exits_1_with_evidence_and_reproduce_line(capsys, broken):
     path = broken("specforge", replace={"fc.weight": torch.randn(H, 2 * H)})
-    code, out, err = run_cli(capsys, "check", path, "--target", TARGET)
+    code, out, err = run_cli(capsys, "check", path, "--target", TARGET, "--only", "key-naming,tensor-shapes")
     assert code == 1 and err == ""
     assert "FAIL  tensor-shapes" in out
     assert "fix: fc takes 3 × 64 = 192 inputs" in out

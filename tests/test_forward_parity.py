@@ -3,6 +3,7 @@ the engine's draft forward after its own wiring to the target."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.conftest import DELETE, DRAFTS, FIXTURES, TARGET, judge_contract, make_copy
@@ -49,10 +50,16 @@ def test_a_missing_head_gives_an_engine_forward_of_noise(broken):
     assert result.evidence["first_diverging_position"] == 0 and result.evidence["max_abs_diff"].startswith("non-finite")
 
 
-def test_without_a_reference_or_target_it_is_skipped_with_the_reason():
-    assert judge(DRAFTS["specforge"], None).status == "skip"
+def test_without_a_reference_one_is_made_on_the_spot_and_without_a_target_it_is_not_judged():
+    """A draft no reference travels with gets its trainer's own forward, made in the trainer's environment on its
+    weights: the bundled SpecForge draft, judged as a stranger, gets the verdict its bundled reference gives."""
+    made = judge(DRAFTS["specforge"], None)
+    assert made.status == "pass" and "made on the spot" in made.evidence["reference"], made
+    bundled = judge(DRAFTS["specforge"], REFS / "specforge.safetensors")
+    assert bundled.status == "pass" and bundled.evidence["max_abs_diff"] == pytest.approx(made.evidence["max_abs_diff"],
+                                                                                             abs=1e-6)
     result = judge(DRAFTS["specforge"], REFS / "specforge.safetensors", target=None)
-    assert result.status == "skip" and "--target" in result.summary
+    assert result.status == "skip" and "--target" in result.summary and result.needs == "--target DIR"
 
 
 # --- draft steps after the first (multi-step references: the trainer's own TTT steps) ----------------------

@@ -23,6 +23,7 @@ from tests.conftest import DRAFTS, FIXTURES, tree_digest
 
 DTYPES = ["F32", "BF16", "F16", "I64", "I32", "BOOL", "U8", "F64", "F8_E4M3", "X9", "", 7]
 FAST = "key-naming,tensor-shapes,d2t-semantics"
+FUZZED = "key-naming,tensor-shapes,d2t-semantics,hidden-width,embed-head,config"
 TARGET = FIXTURES / "targets" / "llama-tiny"
 
 
@@ -147,14 +148,17 @@ _NAN_D2T = _with_nan_d2t()
 @example(weights=_PRISTINE, config=_PRISTINE_CONFIG)  # a verdict: pass
 @example(weights=_NAN_D2T, config=_PRISTINE_CONFIG)  # a verdict: fail, d2t-semantics names the NaNs
 def test_fuzzed_checkpoint_is_a_verdict_or_one_line_exit_2(weights, config, capsys):
-    """Every contract (against the tiny Llama target) on a fuzzed header and config: a verdict or one line."""
+    """Every contract but forward-parity (against the tiny Llama target) on a fuzzed header and config: a verdict or
+    one line."""
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "ckpt"
         d.mkdir()
         (d / "config.json").write_text(config)
         (d / "model.safetensors").write_bytes(weights)
         before = tree_digest(d)
-        code = main(["check", str(d), "--target", str(TARGET), "--format", "json"])
+        # every contract but forward-parity, which runs the trainer's own forward in its environment for each draft
+        # it has no reference of (tests/test_user_drafts.py); here: what reading a fuzzed checkpoint does
+        code = main(["check", str(d), "--target", str(TARGET), "--format", "json", "--only", FUZZED])
         out, err = capsys.readouterr()
         note(f"exit {code}; stderr {err!r}; stdout {out[:300]!r}")
         event("a verdict" if code in (0, 1) else "exit 2 (unusable input)")
@@ -174,7 +178,7 @@ def test_fuzzed_checkpoint_is_a_verdict_or_one_line_exit_2(weights, config, caps
     else:
         assert code in (0, 1) and err == ""
         results = json.loads(out)["results"]
-        assert {r["status"] for r in results} <= {"pass", "fail", "warn", "skip"} and len(results) == 7
+        assert {r["status"] for r in results} <= {"pass", "fail", "warn", "skip"} and len(results) == 6
 
 
 class _CreatesAFile:

@@ -197,8 +197,8 @@ def _as_saved(subject: SubjectView, label, ev: dict) -> list[tuple[str, str]]:
     return [(f"{label} cannot serve this checkpoint as saved (architectures {saved_archs}: {why}); every "
              f"verdict here is for its verbatim conversion, as a hand conversion writes it "
              f"(`{subject.convert_command()}`)",
-             f"deploy what `{subject.convert_command(verbatim=False)}` writes: the aux ids this release needs, "
-             f"verified by the contracts")]
+             f"deploy what `{subject.convert_command(verbatim=False)}` writes: the form this release loads, with "
+             f"the aux ids and tensor names it needs, verified by the contracts")]
 
 
 def _duplicate_keys(subject: SubjectView, ev: dict) -> list[tuple[str, str]]:

@@ -111,7 +111,8 @@ def check_embed_head(subject: SubjectView) -> Result:
     try:
         obs = subject.embed_head
     except TargetRefused as e:
-        return Result(CID, SKIP, f"not judged: the engine cannot build the target ({e})", {"target_error": str(e)})
+        return Result(CID, SKIP, f"not judged: the engine cannot build the target ({e})", {"target_error": str(e)},
+                      needs=e.needs)
     ckpt, target = subject.checkpoint, subject.target
     values = bool(obs.target["has_weights"]) and obs.embed.fingerprint is not None
     d, t = obs.draft, obs.target
@@ -252,4 +253,4 @@ def _without_target(subject: SubjectView) -> Result:
                       {"head": {"from": RANDOM, "shape": head.shape}},
                       "save the trained head as `lm_head.weight`; or set `draft_vocab_size: null` and remove d2t/t2d")
     return Result(CID, SKIP, "not judged: the engine's embedding/head wiring needs the target (give --target)",
-                  {"reason": "no target"})
+                  {"reason": "no target"}, needs="--target DIR")

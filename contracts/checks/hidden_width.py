@@ -50,8 +50,8 @@ def _states(width: int | None, hidden: int | None) -> str:
                           "the ones the trainer used")
 def check_hidden_width(subject: SubjectView) -> Result:
     if subject.target_path is None:
-        return Result("hidden-width", SKIP, "no --target: the hidden states the target hands over cannot be observed",
-                      {}, "pass --target DIR (its config.json is enough)")
+        return Result("hidden-width", SKIP, "not judged: no --target: the hidden states the target hands over "
+                      "cannot be observed", {}, "pass --target DIR (its config.json is enough)", needs="--target DIR")
     aux = subject.aux
     ev = aux.to_dict()
     ev.pop("engine", None)
@@ -115,8 +115,12 @@ def check_hidden_width(subject: SubjectView) -> Result:
                                 f"; {label}{_on(aux)} reads no aux ids from this config ({unread}), so it captures "
                                 f"the target's default layers" if unread else ""))
             if aux.ids_for_trainer_layers is not None:
-                fixes.append(f"write {aux.ids_key or 'eagle_config.eagle_aux_hidden_state_layer_ids'}: "
-                             f"{aux.ids_for_trainer_layers} ({label} then captures hidden_states {wanted})")
+                ids_fix = (f"{aux.ids_key or 'eagle_config.eagle_aux_hidden_state_layer_ids'}: "
+                           f"{aux.ids_for_trainer_layers} ({label} then captures hidden_states {wanted})")
+                # one fix per problem: a draft judged in its hand conversion is deployed through convert, which
+                # writes these ids (config says the same of the conversion as a whole)
+                fixes.append(f"deploy what `{subject.convert_command(verbatim=False)}` writes (its {ids_fix})"
+                             if subject.converted else f"write {ids_fix}")
             elif aux.ids_unreachable:
                 fixes.append(f"no config makes {label}{_on(aux)} serve this draft as trained ({aux.ids_unreachable}): "
                              f"retrain on layers it captures, or serve it with an engine that captures these")

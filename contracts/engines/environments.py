@@ -67,6 +67,48 @@ class EnvironmentBuildError(RuntimeError):
     """The environment could not be made (the message ends with the installer's last line)."""
 
 
+# Seconds this process spent making what a check needs once (environments, trainer references): a report says its
+# check time and this apart, and a long first run says what it is doing as it goes (``progress``).
+_SETUP = {"seconds": 0.0}
+_STARTED: dict[str, float] = {}  # environment being made -> when its build began
+
+
+def setup_seconds() -> float:
+    return _SETUP["seconds"]
+
+
+def add_setup_seconds(seconds: float) -> None:
+    _SETUP["seconds"] += seconds
+
+
+def build_started(env: Path) -> float:
+    """Mark that ENV's build begins now (its progress lines count from here); returns the time."""
+    _STARTED[str(env)] = time.perf_counter()
+    return _STARTED[str(env)]
+
+
+def progress(env: Path, name: str, version: str, what: str) -> None:
+    """One line on stderr, with the time since this environment's build began: a first run that makes environments
+    takes minutes, and used to say so in one line at its start."""
+    since = time.perf_counter() - _STARTED.get(str(env), time.perf_counter())
+    print(f"eagle3-contracts: [{since:4.0f} s] {name}=={version}: {what}", file=sys.stderr, flush=True)
+
+
+def _describe(cmd: list[str]) -> str:
+    """What an installer command does, said for the progress line."""
+    if "venv" in cmd[:3]:
+        return "making the virtual environment"
+    if "uninstall" in cmd:
+        return f"removing {', '.join(c for c in cmd[cmd.index('uninstall') + 1:] if not c.startswith('-') and '/' not in c)}"
+    named = [c for c in cmd if "==" in c or (not c.startswith("-") and "/" not in c and c not in ("pip", "install"))]
+    if "-r" in cmd:
+        lines = [line for line in Path(cmd[cmd.index("-r") + 1]).read_text().splitlines()
+                 if line.strip() and not line.startswith(("#", "-"))] if Path(cmd[cmd.index("-r") + 1]).is_file() else []
+        extra = [c for c in named if "==" in c]
+        return f"installing {', '.join(extra) + ' beside ' if extra else ''}its recipe ({len(lines)} requirements)"
+    return f"installing {', '.join(named[-1:]) or ' '.join(cmd[-1:])}"
+
+
 def release_order(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in version.replace(".post", ".").split("."))
 
@@ -154,7 +196,7 @@ def install_command(env: Path) -> tuple[list[str], dict]:
 def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
     """Make the environment in place (the caller holds its lock); only a finished one gets its ``ready`` mark,
     so a crash leaves a directory that is rebuilt, never one that looks ready."""
-    start = time.perf_counter()
+    start = build_started(env)
     shutil.rmtree(env, ignore_errors=True)
     log = env.with_name(env.name + ".log")
     print(f"eagle3-contracts: making the {name}=={version} environment once (cached in {env}; log {log})",
@@ -193,9 +235,12 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
                                                 "closure_s": round(done - installed, 1),
                                                 "installer": "uv" if uv else "pip"}) + "\n")
     (env / "ready").write_text(f"{name}=={version}\n")
+    add_setup_seconds(done - start)
+    progress(env, name, version, "ready")
 
 
 def run_step(cmd: list[str], out, log: Path, env: Path, name: str, version: str, call_env: dict, check=True) -> None:
+    progress(env, name, version, _describe(cmd))
     out.write("$ " + " ".join(cmd) + "\n")
     out.flush()
     done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, env=call_env)
@@ -210,6 +255,7 @@ def _closure(env: Path, recipe: Recipe, name: str, installer, call_env, out, log
     """Probe the environment with the adapter's own steps; add what the path could not import; repeat."""
     answer = {}
     for _ in range(MAX_CLOSURE_ROUNDS):
+        progress(env, name, version, "running its EAGLE-3 path once (the probe: what it imports that is missing)")
         answer = _probe(env, name)
         missing = answer.get("missing")
         if not missing and TRITON_API_ERROR.search(answer.get("error", "")) and not recipe_pins_triton(recipe):

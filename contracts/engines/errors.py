@@ -18,7 +18,12 @@ class EngineBuildError(Exception):
 
 
 class TargetBuildError(EngineBuildError):
-    """The engine itself refused the target config or could not build the target class."""
+    """The engine itself refused the target config or could not build the target class. ``needs``: the input the user
+    could give that the engine lacked (llama.cpp loads a draft only beside the target's weights), else None."""
+
+    def __init__(self, message: str, needs: str | None = None):
+        super().__init__(message)
+        self.needs = needs
 
 
 class ReplayError(Exception):

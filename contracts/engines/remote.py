@@ -150,7 +150,7 @@ class WorkerEngine:
         if "error" in reply:
             kind, message = reply["error"]["kind"], reply["error"]["message"]
             if kind == "TargetBuildError":
-                raise TargetBuildError(message)
+                raise TargetBuildError(message, reply["error"].get("needs"))
             if kind == "EngineBuildError":
                 raise EngineBuildError(message)
             if kind == "ReplayError":

@@ -30,7 +30,7 @@ def _answer(engine, request: dict) -> dict:
     try:
         return {"result": getattr(engine, op)(**args).to_dict()}
     except TargetBuildError as e:  # (a subclass of EngineBuildError: test it first)
-        return {"error": {"kind": "TargetBuildError", "message": str(e)}}
+        return {"error": {"kind": "TargetBuildError", "message": str(e), "needs": e.needs}}
     except EngineBuildError as e:
         return {"error": {"kind": "EngineBuildError", "message": str(e)}}
     except ReplayError as e:

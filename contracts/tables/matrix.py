@@ -71,6 +71,7 @@ def converted_report(subject, engine: str, only: list[str] | None = None) -> lis
     from pathlib import Path
 
     from contracts.convert_command import CONVERT_TO, convert
+    from contracts.report import command_prefix
     from contracts.engines import parse_spec
 
     if subject.target_path is None or subject.trainer_name is None or parse_spec(engine)[0] not in CONVERT_TO:
@@ -85,7 +86,7 @@ def converted_report(subject, engine: str, only: list[str] | None = None) -> lis
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     src = str(subject.checkpoint_path).rstrip("/")
-    command = (f"eagle3-contracts convert --to {to} {shlex.quote(src)} {shlex.quote(src + '-' + to)} --target "
+    command = (f"{command_prefix()} convert --to {to} {shlex.quote(src)} {shlex.quote(src + '-' + to)} --target "
                f"{shlex.quote(str(subject.target_path))} --engine {engine}")
     out = []
     for rep in [c.report, *c.other_reports]:
@@ -190,6 +191,8 @@ def markdown(doc: dict, all_paths: bool = False) -> str:
 
 
 def text(doc: dict, all_paths: bool = False) -> str:
+    from contracts.report import not_judged_lines
+
     lines = [markdown(doc, all_paths)]
     alternatives = doc.get("alternatives", {})
     for subject, by in doc["deployable"].items():
@@ -205,6 +208,7 @@ def text(doc: dict, all_paths: bool = False) -> str:
     if failures:
         lines.append("\nroot causes:")
         lines += [f"  {c['subject']} on {c['engine']}: {c['contract']}: {c['summary'][:300]}" for c in failures]
+    lines += not_judged_lines(doc["reports"])
     return "\n".join(lines) + "\n"
 
 
@@ -216,10 +220,13 @@ def render(doc: dict, fmt: str, all_paths: bool = False) -> str:
     return text(doc, all_paths)
 
 
-def exit_code(doc: dict) -> int:
+def exit_code(doc: dict, allow_not_judged: bool = False) -> int:
     """0 when every subject is served as trained by at least one of the engines asked for (each on its default path,
     or the path asked), as judged or after ``convert``, else 1. A release's other path judged beside its default
-    does not count: no deployment takes it unless asked."""
+    does not count: no deployment takes it unless asked. 3 (``report.NOT_JUDGED``) instead of 0 when a contract
+    was not judged for want of an input the user could give, unless ``allow_not_judged``."""
+    from contracts.report import FAILED, NOT_JUDGED, OK, not_judged
+
     converted_from = doc.get("converted_from", {})
     alternatives = doc.get("alternatives", {})
     served = {}
@@ -227,4 +234,6 @@ def exit_code(doc: dict) -> int:
         base = converted_from.get(subject, subject)
         ok = any(v for e, v in by.items() if e not in alternatives.get(subject, {}))
         served[base] = served.get(base, False) or ok
-    return 0 if all(served.values()) else 1
+    if not all(served.values()):
+        return FAILED
+    return NOT_JUDGED if not allow_not_judged and not_judged(doc["reports"]) else OK

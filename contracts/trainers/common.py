@@ -235,6 +235,23 @@ def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarg
     return tensors, metadata
 
 
+def saved_tensors(directory: Path):
+    """Every tensor a draft or target directory saved, as (name, tensor): its safetensors files, sharded or not, or
+    its pickle weights through torch's restricted loader (``contracts.checkpoint``: the same bounded, read-only view
+    the checks use)."""
+    from contracts.checkpoint import Checkpoint
+
+    return Checkpoint.open(Path(directory)).iter_tensors()
+
+
+def saved_tensor(directory: Path, key: str):
+    """One tensor of a directory's saved weights (sharded or not), or None when it has no such tensor."""
+    from contracts.checkpoint import Checkpoint
+
+    ckpt = Checkpoint.open(Path(directory))
+    return ckpt.load_tensor(key) if key in ckpt.tensors else None
+
+
 class StopForward(Exception):
     """Raised by a hook once what a trainer's forward was run for is recorded (the rest of its step is not needed)."""
 

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 import contracts
-from contracts.engines.environments import (EnvironmentBuildError, envs_root, install_command, release_order, run_step,
+from contracts.engines.environments import (EnvironmentBuildError, add_setup_seconds, build_started, envs_root,
+                                           install_command, progress, release_order, run_step,
                                            uv_binary)
 from contracts.engines.recipes import (CPU_TORCH, CUDA_STACKS, IMPORT_TO_DIST, Recipe, ReleaseNotFound, canonical,
                                        distribution_versions, wheels_dir)
@@ -183,7 +184,7 @@ def environment_for(trainer: str, version: str) -> Path:
 
 
 def _build(env: Path, recipe: Recipe, source: Path | None, trainer: str, version: str) -> None:
-    start = time.perf_counter()
+    start = build_started(env)
     shutil.rmtree(env, ignore_errors=True)
     log = env.with_name(env.name + ".log")
     print(f"eagle3-contracts: making the {trainer}=={version} environment once (cached in {env}; log {log})",
@@ -205,6 +206,8 @@ def _build(env: Path, recipe: Recipe, source: Path | None, trainer: str, version
         (env / "probe.json").write_text(json.dumps(answer) + "\n")
     (env / "build.json").write_text(json.dumps({"seconds": round(time.perf_counter() - start, 1)}) + "\n")
     (env / "ready").write_text(f"{name}\n")
+    add_setup_seconds(time.perf_counter() - start)
+    progress(env, trainer, version, "ready")
 
 
 def _make(env: Path, recipe: Recipe, source: Path | None, trainer: str, version: str, out, log,
@@ -250,6 +253,7 @@ def _closure(env: Path, recipe: Recipe, trainer: str, installer, call_env, out, 
     """Run build-tiny in the environment; add each module it could not import; repeat."""
     answer = {}
     for _ in range(MAX_ROUNDS):
+        progress(env, trainer, version, "building a tiny draft once (the probe: what it imports that is missing)")
         with tempfile.TemporaryDirectory(prefix="eagle3-contracts-trainer-probe-") as scratch:
             answer = run_build_tiny(env / "bin" / "python", trainer, Path(scratch) / "out", reference=False)
         missing = NEEDS.search(answer.get("error", ""))

@@ -117,29 +117,12 @@ def modelopt_proposer(draft_dir: str, target_dir: str):
     with, not the one its export declares), the exported weights loaded into that module. Each round it recomputes
     the target's next token and drafts ``k`` from it. Returns (propose, target, description)."""
     import torch
-    from safetensors.torch import load_file
 
     from contracts.trainers.common import TinyTarget
-    from contracts.trainers.modelopt import _convert
+    from contracts.trainers.modelopt import load_export
 
-    draft = json.loads((Path(draft_dir) / "config.json").read_text())
-    eagle_config = draft.get("eagle_config") or {}
-    found = TinyTarget.from_directory(Path(target_dir))
-    target_model = TinyTarget(found.name, found.directory, found.geometry, stored_as=str(Path(target_dir).resolve()))
-    vocab = int(target_model.vocab_size)
-    draft_vocab = int(draft.get("draft_vocab_size") or vocab)
-    model, _ = _convert(target_model, eagle_config.get("eagle_aux_hidden_state_layer_ids"),
-                        draft_vocab if draft_vocab != vocab else None)
-    saved = load_file(str(Path(draft_dir) / "model.safetensors"))
-    own = model.eagle_module.state_dict()
-    if "lm_head.weight" not in own:  # the export wrote the base model's head, which the model has already
-        saved.pop("lm_head.weight", None)
-    unknown = sorted(set(saved) - set(own))
-    if unknown:
-        raise RuntimeError(f"Model Optimizer's EAGLE module has no {unknown[:3]}")
-    missing = model.eagle_module.load_state_dict(saved, strict=False).missing_keys
-    if missing:
-        raise RuntimeError(f"the export lacks {missing[:3]} of Model Optimizer's EAGLE module")
+    target_model = TinyTarget.from_directory(Path(target_dir))
+    model, draft_vocab = load_export(Path(draft_dir), target_model)
     model = model.eval()
     target = _hf_target(target_dir, [0])  # it verifies; the module captures its own aux states
 

@@ -126,6 +126,32 @@ def _convert(target: TinyTarget, explicit_ids: list[int] | None, draft_vocab: in
     return model, cfg
 
 
+def load_export(draft_dir: Path, target: TinyTarget):
+    """An exported draft loaded back into Model Optimizer's EAGLE-3 module as a user's training run converts it
+    (``_convert``: ``EAGLE3_DEFAULT_CFG`` with the export's geometry, aux ids and draft vocabulary; the rope it trains
+    with, not the one its export declares), every exported tensor taken and every module tensor written.
+    Returns (model, draft vocabulary size)."""
+    from contracts.trainers.common import saved_tensors
+
+    draft = json.loads((Path(draft_dir) / "config.json").read_text())
+    eagle_config = draft.get("eagle_config") or {}
+    vocab = int(target.vocab_size)
+    draft_vocab = int(draft.get("draft_vocab_size") or vocab)
+    model, _ = _convert(target, eagle_config.get("eagle_aux_hidden_state_layer_ids"),
+                        draft_vocab if draft_vocab != vocab else None)
+    saved = dict(saved_tensors(draft_dir))
+    own = model.eagle_module.state_dict()
+    if "lm_head.weight" not in own:  # the export wrote the base model's head, which the model has already
+        saved.pop("lm_head.weight", None)
+    unknown = sorted(set(saved) - set(own))
+    if unknown:
+        raise RuntimeError(f"Model Optimizer's EAGLE module has no {unknown[:3]}")
+    missing = model.eagle_module.load_state_dict(saved, strict=False).missing_keys
+    if missing:
+        raise RuntimeError(f"the export lacks {missing[:3]} of Model Optimizer's EAGLE module")
+    return model, draft_vocab
+
+
 def _install_vocab(model, scratch: Path, draft_vocab: int) -> Path:
     from modelopt.torch.speculative.plugins.hf_eagle import HFEagleModel
     from modelopt.torch.speculative.utils import calibrate_frequent_vocab

@@ -55,6 +55,8 @@ from contracts.trainers.common import (
     chain_logits,
     record_fixture,
     repo_relative,
+    saved_tensor,
+    saved_tensors,
     step_0_and_fed_state,
     switch_semantics,
     target_reference_inputs,
@@ -254,31 +256,44 @@ def training_step(work: Path, draft_config_path: Path, out_dir: Path, target: Ti
     return cfg, draft_model, model, strategy
 
 
-def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int], name: str = "specforge",
+def reference(work: Path, draft_config_path: Path, aux_layer_ids: list[int] | None, name: str = "specforge",
               target: TinyTarget = LLAMA_TINY, out_dir: Path | None = None, path: Path | None = None,
               ttt_length: int | None = None) -> dict:
     """Step-0 logits of specforge's own training step on the committed export fixtures/drafts/<name> (or
-    ``out_dir``, written to ``path``)."""
+    ``out_dir``, written to ``path``). ``aux_layer_ids`` None: the layers its own training run captures for this
+    draft config and target (``resolve_eagle_capture_layers``: the config's ids, else its default)."""
     out_dir = out_dir or DRAFTS / name
     import torch
     import transformers
-    from safetensors import safe_open
 
     from specforge.runtime.contracts import TrainBatch
 
     cfg, draft_model, model, strategy = training_step(work, draft_config_path, out_dir, target, ttt_length)
+    if aux_layer_ids is None:
+        from specforge.algorithms.model_providers import resolve_eagle_capture_layers
+        from specforge.application.composition import resolve_run
+        from specforge.training.model_loading import resolve_draft_config
+        from transformers import AutoConfig
 
-    # Same weights as the export (bf16 -> fp32 exact); the embedding is the target's, bit for bit.
+        provider = resolve_run(cfg).algorithm.providers.model
+        aux_layer_ids = list(resolve_eagle_capture_layers(cfg, resolve_draft_config(cfg, provider=provider.draft_config),
+                                                          AutoConfig.from_pretrained(str(target.directory))))
+
+    # Same weights as the export (bf16 -> fp32 exact); the embedding is the target's, bit for bit (load_embedding
+    # replaces whatever embedding a checkpoint carries: SpecForge trains with the target's).
     state = draft_model.state_dict()
-    with safe_open(str(out_dir / "model.safetensors"), framework="pt") as f:
-        for key in f.keys():
-            if not torch.equal(f.get_tensor(key).to(state[key].dtype), state[key]):
-                raise RuntimeError(f"specforge: rebuilt {key} differs from the export")
-        exported = set(f.keys())
-    with safe_open(str(target.directory / "model.safetensors"), framework="pt") as f:
-        if not torch.equal(f.get_tensor(cfg.model.embedding_key), state["embed_tokens.weight"]):
-            raise RuntimeError("specforge: the draft's embedding is not the target's")
-    if set(state) - exported != {"embed_tokens.weight"}:
+    exported = set()
+    for key, tensor in saved_tensors(out_dir):
+        if key not in state:
+            raise RuntimeError(f"specforge's draft has no {key} (its own: {', '.join(sorted(state))[:200]})")
+        if key != "embed_tokens.weight" and not torch.equal(tensor.to(state[key].dtype), state[key]):
+            raise RuntimeError(f"specforge: rebuilt {key} differs from the export")
+        exported.add(key)
+    embedding = saved_tensor(target.directory, cfg.model.embedding_key)
+    if embedding is None or not torch.equal(embedding.to(state["embed_tokens.weight"].dtype),
+                                            state["embed_tokens.weight"]):
+        raise RuntimeError("specforge: the draft's embedding is not the target's")
+    if set(state) - exported - {"embed_tokens.weight"}:
         raise RuntimeError(f"specforge: unexpected tensors outside the export: {set(state) - exported}")
 
     # specforge's capture id k is HF output_hidden_states[k + 1] (see the manifest's aux_layer_convention)

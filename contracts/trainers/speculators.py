@@ -61,6 +61,7 @@ from contracts.trainers.common import (
     record_fixture,
     repo_relative,
     require_parameters,
+    saved_tensors,
     step_0_and_fed_state,
     switch_semantics,
     target_reference_inputs,
@@ -428,19 +429,21 @@ def teacher_forced_steps(inputs: dict, fed_ids: list, fed_positions: list) -> in
 
 
 def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, directory: Path | None = None,
-              path: Path | None = None) -> dict:
+              path: Path | None = None, verifier: Path | None = None) -> dict:
     """Step-0 logits of speculators' own training forward on the committed checkpoint fixtures/drafts/<name> (or
     ``directory``, written to ``path``), through the reload, attention and forward signature the installed release
-    has."""
+    has. ``verifier``: the target the draft's config names as its verifier, where that name is not a local path here
+    (a user's draft names its verifier as published, e.g. a hub id)."""
     import inspect
 
     import torch
     import transformers
-    from safetensors import safe_open
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
 
     directory = directory or DRAFTS / name
     config = Eagle3SpeculatorConfig.from_pretrained(directory)
+    if verifier is not None:
+        config.speculators_config.verifier.name_or_path = str(verifier)
     forward = Eagle3DraftModel.forward
     forward = getattr(forward, "_torchdynamo_orig_callable", forward)  # 0.3.0 compiles it unconditionally
     # Eagle3DraftModel.__init__ forces simple_flex_attention only when this is unset (0.7.0 on) or always (0.5.x,
@@ -458,11 +461,12 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
         raise RuntimeError(f"speculators runs {attn}, not {REFERENCE_ATTN}")
     # Same weights as the file, bit for bit (bf16 -> fp32 is exact); embed_tokens is the saved one.
     state = model.state_dict()
-    with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
-        for key in f.keys():
-            if not torch.equal(f.get_tensor(key).to(state[key].dtype), state[key]):
-                raise RuntimeError(f"{name}: reloaded {key} differs from the checkpoint")
-        saved_dtype = str(f.get_tensor("fc.weight").dtype).removeprefix("torch.")
+    saved_dtype = None
+    for key, tensor in saved_tensors(directory):
+        if not torch.equal(tensor.to(state[key].dtype), state[key]):
+            raise RuntimeError(f"{name}: reloaded {key} differs from the checkpoint")
+        if key == "fc.weight":
+            saved_dtype = str(tensor.dtype).removeprefix("torch.")
 
     aux_ids = getattr(model.config, "eagle_aux_hidden_state_layer_ids", None)
     hidden_states, convention = trained_hidden_states(aux_ids, int(target.geometry["num_hidden_layers"]))
@@ -518,7 +522,7 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
             "embed_tokens) are input_ids shifted by the step and its RoPE positions are positions + step"),
         "attn_implementation": attn,
         "dtype": "float32",
-        "weights": (f"{repo_relative(directory)}/model.safetensors ({saved_dtype} on disk) reloaded by "
+        "weights": (f"{repo_relative(directory)}/{_weights_name(directory)} ({saved_dtype} on disk) reloaded by "
                     f"{reloaded_by}; every tensor equal to the file's"),
         "embed_tokens": (f"the checkpoint's embed_tokens ({saved_dtype}), which speculators copied from the "
                          f"verifier {target.path} (load_verifier_weights)"),
@@ -534,6 +538,12 @@ def reference(name: str, version: str, target: TinyTarget = LLAMA_TINY, director
     out = write_reference(name, inputs, captured[0][0], metadata, path, step_logits=step_logits, switches=switches)
     out["trained_hidden_states"] = hidden_states
     return out
+
+
+def _weights_name(directory: Path) -> str:
+    """How a reference names the weights it was computed from: the one file, or the directory's shards."""
+    files = sorted(p.name for p in Path(directory).glob("*.safetensors"))
+    return files[0] if len(files) == 1 else f"{{{','.join(files)}}}" if files else "(pickle weights)"
 
 
 def build_tiny(scratch: Path, target: TinyTarget, draft: Path, reference_path: Path | None) -> dict:

@@ -137,7 +137,7 @@ def first_layer_of(target_dir: Path, out: Path) -> tuple[Path, str]:
         target = Checkpoint.open_target(target_dir, require_weights=True)
     except InputError as e:
         raise TargetBuildError(f"llama.cpp loads a draft beside its target model's weights (the draft's embedding or "
-                               f"head may be the target's): {e}") from None
+                               f"head may be the target's): {e}", needs="the target's weights") from None
     out.mkdir(parents=True)
     keep = {name: info for name, info in target.tensors.items() if not _later_layer(name)}
     if any(not info.file.endswith(".safetensors") for info in keep.values()):
