@@ -32,6 +32,10 @@ from contracts.engine_spec import ENGINE_NAMES
 # decode the same prompts greedily; they differ only by float rounding (vLLM's kernels vs transformers), which flips
 # a near-tied argmax now and then: 3.91 vs 3.88 on the converged speculators draft, 1.03 vs 1.03 with its d2t zeroed.
 NOISE = 0.25
+# Below this mean acceptance length the engine rejects (almost) every draft token: fewer than one accepted token in ten
+# rounds. A collapse is a failure whatever the trainer's expectation says: a break that lives in the checkpoint (a
+# zeroed d2t) collapses the trainer's own forward on the same weights too, so no gap opens (1.03 beside 1.03).
+COLLAPSE = 1.1
 
 
 class AcceptUnavailable(Exception):
@@ -82,7 +86,7 @@ def serving_loop(engine: str) -> ServingLoop:
 
 
 def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: int = 4, max_tokens: int = 64,
-            temperature: float = 0.0, expect: bool = True) -> dict:
+            temperature: float = 0.0, expect: bool = True, explain: bool = True) -> dict:
     """The engine's own acceptance counters for DRAFT speculating for TARGET on its CPU serving loop (vLLM's, or
     llama.cpp's), with the engine and path measured and the wall time. Raises contracts.checkpoint.InputError
     (unusable inputs), AcceptUnavailable, ServingRefused."""
@@ -117,8 +121,21 @@ def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: in
         out["noise"] = NOISE
         if out["gap"] > NOISE:
             out["verdict"] = "below the trainer's expectation"
-            out["explained_by"], out["warned_by"] = _explained_by(draft, target, loop.check_spec)
+    if collapsed(result):
+        out["verdict"] = "collapsed"
+    if out.get("verdict") and explain:  # what check says on the path measured: the root causes, or that none does
+        out["check"] = _check_on_path(draft, target, loop.check_spec)
+        out["explained_by"], out["warned_by"] = out["check"]["root_causes"], out["check"]["warnings"]
     return out
+
+
+def collapsed(result: dict) -> bool:
+    """The engine rejected (almost) every draft token: a mean acceptance length under ``COLLAPSE`` or, where the
+    release counts no rounds (llama.cpp 2026.8.10229), no draft token accepted of those drafted."""
+    length = result.get("mean_acceptance_length")
+    if length is not None:
+        return length < COLLAPSE
+    return bool(result.get("draft_tokens")) and not result.get("accepted_tokens")
 
 
 def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
@@ -129,7 +146,9 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
 
     checkpoint = Checkpoint.open(draft)
     trainer = checkpoint.trainer_format
-    release, which = _trainer_release(checkpoint, trainer)
+    from contracts.references import trainer_release
+
+    release, which = trainer_release(checkpoint, trainer)
     if trainer not in PROPOSERS or not release:
         return {"unavailable": f"no trainer expectation for {trainer} drafts yet"}
     from contracts.engines.remote import run_module
@@ -149,21 +168,10 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
             **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
-def _trainer_release(checkpoint: Checkpoint, trainer: str) -> tuple[str | None, str]:
-    """The trainer release whose modules compute the expectation: the one the checkpoint names (speculators writes
-    ``speculators_version``), else the release that trained the bundled converged draft of that trainer (Model
-    Optimizer's and SpecForge's exports name none)."""
-    if trainer == "speculators" and checkpoint.config.get("speculators_version"):
-        return checkpoint.config["speculators_version"], "the checkpoint's speculators_version"
-    from contracts.bundled import manifest
-
-    entry = manifest().get(f"converged-{trainer}") or {}
-    return entry.get("trainer_version"), "the export names no release: the bundled converged draft's"
-
-
-def _explained_by(draft: Path, target: Path, engine: str) -> tuple[list[str], list[str]]:
-    """What ``check`` says on the runner measured: the root-cause contracts it fails (what explains a gap), and the
-    warnings it gives ("contract: summary"), which may explain the rest."""
+def _check_on_path(draft: Path, target: Path, engine: str) -> dict:
+    """What ``check`` says on the path measured: the root-cause contracts it fails (what explains a collapse or a
+    gap), the warnings it gives ("contract: summary", which may explain the rest), and the contracts it could not
+    judge, so a report never calls a check that did not run, or did not judge, a pass."""
     from contracts.bundled import bundled_subject_for
     from contracts.subject import Subject, report
 
@@ -172,8 +180,11 @@ def _explained_by(draft: Path, target: Path, engine: str) -> tuple[list[str], li
         rep = report(subject)
     finally:
         subject.close()
-    return ([r["contract"] for r in rep["results"] if r["status"] == "fail" and r.get("root_cause")],
-            [f"{r['contract']}: {r['summary']}" for r in rep["results"] if r["status"] == "warn"])
+    return {"engine": engine,
+            "root_causes": [r["contract"] for r in rep["results"] if r["status"] == "fail" and r.get("root_cause")],
+            "failed": [r["contract"] for r in rep["results"] if r["status"] == "fail"],
+            "warnings": [f"{r['contract']}: {r['summary']}" for r in rep["results"] if r["status"] == "warn"],
+            "not_judged": [f"{r['contract']}: {r['summary']}" for r in rep["results"] if r["status"] == "skip"]}
 
 
 def last_error(stderr: str) -> str:
@@ -211,11 +222,22 @@ def render_text(result: dict) -> str:
                      f"{result['gap']:+.2f} (noise {result['noise']:.2f})")
     elif expected.get("unavailable"):
         lines.append(f"  the trainer's expectation: none ({expected['unavailable']})")
-    if result.get("verdict"):
-        why = ", ".join(result["explained_by"]) or "no contract fails on this path"
-        lines.append(f"  FAIL: served {result['gap']:.2f} below the trainer's expectation; explained by: {why}")
-        lines += [f"  and warned: {w}" for w in result.get("warned_by", [])]
-        if not result["explained_by"] and not result.get("warned_by"):
+    if result.get("verdict") == "collapsed":
+        also = expected.get("mean_acceptance_length")
+        lines.append(f"  FAIL: acceptance collapsed ({length:.2f}: the engine rejects (almost) every draft token)"
+                     + (f"; the trainer's own forward on these weights expects {also:.2f} too: the break is in the "
+                        f"checkpoint itself, or the draft was never trained for this target" if also is not None
+                        and also < COLLAPSE else ""))
+    elif result.get("verdict"):
+        lines.append(f"  FAIL: served {result['gap']:.2f} below the trainer's expectation")
+    if result.get("check"):
+        check = result["check"]
+        lines.append(f"  check on {check['engine']} (the path measured): "
+                     + (f"explained by {', '.join(check['root_causes'])}" if check["root_causes"] else
+                        "no contract it judged fails"))
+        lines += [f"  and warned: {w}" for w in check["warnings"]]
+        lines += [f"  not judged: {w}" for w in check["not_judged"]]
+        if not check["root_causes"] and not check["warnings"]:
             lines.append("  nothing check says explains it: report it")
     return "\n".join(lines) + "\n"
 

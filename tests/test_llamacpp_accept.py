@@ -41,25 +41,29 @@ def test_a_converged_draft_is_accepted_on_llamacpps_loop_as_its_trainer_expects(
 
 
 def test_a_zeroed_d2t_collapses_acceptance_on_llamacpp_as_in_the_trainers_own_forward(capsys, tmp_path):
-    """The converter turns the offsets into absolute ids as they stand: zeroed, draft id i proposes target id i."""
+    """The converter turns the offsets into absolute ids as they stand: zeroed, draft id i proposes target id i. The
+    trainer's own forward collapses on the same weights too; the collapse is still a failure, and check on llama.cpp
+    names d2t-semantics."""
     draft = make_copy(CONVERGED / "speculators", tmp_path / "zeroed", replace={"d2t": torch.zeros(64, dtype=torch.int64)})
-    result = _accept(capsys, tmp_path, draft)
+    result = _accept(capsys, tmp_path, draft, code=1)
     assert result["mean_acceptance_length"] <= 1.2
-    assert result["trainer_expectation"]["mean_acceptance_length"] <= 1.2 and "verdict" not in result
+    assert result["trainer_expectation"]["mean_acceptance_length"] <= 1.2 and result["verdict"] == "collapsed"
+    assert "d2t-semantics" in result["explained_by"], result["check"]
 
 
 def test_a_rope_the_export_changed_is_served_below_the_trainers_expectation_and_check_says_what_it_sees(capsys,
                                                                                                     tmp_path):
     """Model Optimizer's converged draft with its declared rope base changed: its own speculative generation drafts
     as trained, llama.cpp's converter writes the declared base (``eagle3.rope.freq_base``); the gap is a verdict, and
-    check on llama.cpp names no root cause for it (it applies the base the config declares; no reference forward
-    travels with a copy) but warns that the base differs from the target's."""
+    check on llama.cpp names forward-parity for it, judged against Model Optimizer's own forward made on the spot for
+    the copy (before, no reference travelled with a copy and check named no root cause), and warns that the base
+    differs from the target's."""
     from contracts.accept import NOISE
 
     draft = make_copy(CONVERGED / "modelopt", tmp_path / "rope", config={"rope_theta": 100.0})
     result = _accept(capsys, tmp_path, draft, code=1)
     assert result["gap"] > NOISE and result["verdict"] == "below the trainer's expectation"
-    assert result["explained_by"] == []
+    assert "forward-parity" in result["explained_by"], result["check"]
     assert any(w.startswith("config: ") and "rope base 100.0 differs from the target's" in w for w in result["warned_by"])
 
 

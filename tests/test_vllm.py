@@ -425,11 +425,15 @@ def test_an_engine_refusal_crosses_the_worker(broken):
 # --- accept: acceptance on vLLM's own serving loop ----------------------------------------------------------
 
 def test_accept_measures_on_vllms_own_loop_and_says_which_runner(capsys, tmp_path):
+    """The bundled draft, trained one step on a random target, is accepted (almost) never: a collapse is a failure,
+    exit 1, even though its trainer's own forward expects no better; check on the runner measured finds no contract
+    that explains it (nothing in the checkpoint is broken: the draft was never trained for this target)."""
     out = tmp_path / "accept.json"
     code = main(["accept", str(HD32["specforge"]), "--target", str(HD32_TARGET), "--prompts", "2", "--max-tokens", "16",
                  "--format", "json", "--output", str(out)])
-    assert code == 0, capsys.readouterr().err
+    assert code == 1, capsys.readouterr().err
     result = json.loads(out.read_text())
+    assert result["verdict"] == "collapsed" and result["check"]["root_causes"] == []
     assert (result["engine"], result["runner"], result["model_runner"]) == (
         {"name": "vllm", "version": "0.32.0"}, "v1", "CPUModelRunner")
     assert result["rounds"] > 0 and result["draft_tokens"] == 3 * result["rounds"]
@@ -507,11 +511,20 @@ def test_a_rope_the_export_changed_is_served_below_model_optimizers_own_expectat
 
 
 def test_a_zeroed_d2t_collapses_acceptance_and_fails_d2t_semantics(capsys, tmp_path):
-    """The failure d2t-semantics exists for, measured: the same converged weights with d2t zeroed."""
+    """The failure d2t-semantics exists for, measured: the same converged weights with d2t zeroed. The trainer's own
+    forward on the same broken weights collapses too (no gap opens), yet a collapse is a failure: accept exits 1 and
+    names the contract check fails on the runner measured. Before, it printed a gap of +0.00 and exited 0."""
+    from contracts.accept import render_text
     from contracts.bundled import converged_subjects
 
     draft = make_copy(CONVERGED / "speculators", tmp_path / "zeroed", replace={"d2t": torch.zeros(64, dtype=torch.int64)})
-    assert _accept(capsys, tmp_path, draft)["mean_acceptance_length"] <= 1.2
+    measured = _accept(capsys, tmp_path, draft, code=1)
+    assert measured["mean_acceptance_length"] <= 1.2 and measured["verdict"] == "collapsed"
+    assert measured["trainer_expectation"]["mean_acceptance_length"] <= 1.2  # the break is in the checkpoint
+    assert measured["check"]["engine"] == f"{VLLM}:v1" and measured["explained_by"] == ["d2t-semantics"]
+    text = render_text(measured)
+    assert "FAIL: acceptance collapsed" in text and "explained by d2t-semantics" in text, text
+    assert "the break is in the checkpoint itself" in text
     (base,) = [s for s in converged_subjects(VLLM) if s.name == "converged-speculators"]
     result = judge("d2t-semantics", draft, CONVERGED / "target", intended_ids=base.intended_ids)
     assert result.status == "fail" and "the engine maps draft ids to other target ids than intended" in result.summary

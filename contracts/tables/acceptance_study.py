@@ -163,7 +163,7 @@ def _measured(copy: Path, target: Path, engine: str, expect: bool) -> dict:
     from contracts.engines.environments import EnvironmentBuildError
 
     try:
-        measured = measure(copy, target, engine=engine, expect=expect)
+        measured = measure(copy, target, engine=engine, expect=expect, explain=False)  # the study runs check itself
     except ServingRefused as e:
         return {"refused": str(e)}
     except (RuntimeError, EnvironmentBuildError) as e:  # the job or its environment failed: recorded, never counted

@@ -50,7 +50,8 @@ def compare_to_twin(draft: Path, trainer: str, engine: str) -> dict:
     (greedy, the same prompts), and the failure when the build's falls more than ``accept.NOISE`` below."""
     from contracts.accept import NOISE, measure
 
-    lengths = {who: measure(path, TARGET.directory, engine=engine, expect=False)["mean_acceptance_length"]
+    lengths = {who: measure(path, TARGET.directory, engine=engine, expect=False,
+                            explain=False)["mean_acceptance_length"]
                for who, path in (("build", Path(draft)), ("bundled", twin(trainer)))}
     failure = None
     if lengths["build"] is None or lengths["bundled"] is None or lengths["build"] < lengths["bundled"] - NOISE:
