@@ -28,7 +28,9 @@ def converged_subjects(engine: str = "vllm") -> list:
 
 
 def _is_draft(entry: dict) -> bool:
-    return entry.get("trainer") not in (None, "transformers") and "target" in entry
+    """A bundled draft this installation has (an installed package has the manifest, not the drafts)."""
+    return entry.get("trainer") not in (None, "transformers") and "target" in entry and \
+        (FIXTURES.parent / entry["path"]).is_dir()
 
 
 def _subject(name: str, entry: dict, entries: dict, engine: str, target=None):

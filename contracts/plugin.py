@@ -334,7 +334,6 @@ class AcceptItem(BuildItem):
     def __init__(self, *, engine: str, **kwargs):
         super().__init__(**kwargs)
         self.engine = engine
-        self.add_marker(pytest.mark.xdist_group(f"accept-{engine}"))
 
     def runtest(self):
         from pathlib import Path
@@ -374,25 +373,36 @@ class ContractsCollector(pytest.Collector):
         from contracts.engines import release
         from contracts.checks import select
 
+        group = _group_suffix(self.config)
         for trainer, built in _builds(self.config).items():
             yield BuildItem.from_parent(self, name=f"build[{trainer}]", trainer=trainer, built=built)
             if "converged" in built:
-                yield AcceptItem.from_parent(self, name=f"accept[{trainer}]", trainer=trainer,
-                                             built=built["converged"], engine=_accept_engine(self.config))
+                engine = _accept_engine(self.config)
+                yield AcceptItem.from_parent(self, name=f"accept[{trainer}]{group(f'accept-{engine}')}",
+                                             trainer=trainer, built=built["converged"], engine=engine)
         only = self.config.getoption("contracts_only")
         ids = [c.strip() for c in only.split(",")] if only else None
         expected = self.config.stash.get(_EXPECTED_KEY, {})
         for subject in self.config.stash.get(_SUBJECTS_KEY, []):
             for contract in select(ids):
-                item = ContractItem.from_parent(self, name=f"{contract.id}[{subject.name}]",
-                                                contract_id=contract.id, subject=subject)
                 # `-n N --dist loadgroup` gives each engine release one worker (one environment, one engine start,
                 # both of its vLLM runners)
-                item.add_marker(pytest.mark.xdist_group(release(subject.engine)))
+                name = f"{contract.id}[{subject.name}]{group(release(subject.engine))}"
+                item = ContractItem.from_parent(self, name=name, contract_id=contract.id, subject=subject)
                 why = expected.get((subject.name, contract.id))
                 if why:
                     item.add_marker(pytest.mark.xfail(reason=why, strict=True, raises=ContractFailed))
                 yield item
+
+
+def _group_suffix(config):
+    """``name -> "@name"`` under pytest-xdist's ``--dist loadgroup`` (else ``""``): the group of an item, written into
+    its node id as the scheduler reads it (``...]@group``). pytest-xdist's own ``xdist_group`` marker sets the private
+    ``item._nodeid``, which pytest 9.2 no longer reads (its ids live in ``Node._id``): every group was then silently
+    ignored and each engine release started on every worker. Naming the item is public API on every pytest."""
+    # pytest-xdist sets ``option.loadgroup`` on its workers (where ``dist`` is reset to "no"), where items are collected
+    loadgroup = getattr(config.option, "loadgroup", False) or config.getoption("dist", None) == "loadgroup"
+    return (lambda name: f"@{name}") if loadgroup else (lambda _name: "")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -48,7 +48,8 @@ def test_contracts_only_and_deselection(tmp_path):
 
 def test_one_engine_release_is_judged_by_one_xdist_worker(tmp_path):
     """`-n N --dist loadgroup` must keep each engine release on one worker (one environment, one engine start): the
-    sweep depends on it. pytest 9.2 broke it silently (pytest-xdist 3.8 still sets item._nodeid), hence the pin."""
+    sweep depends on it. pytest 9.2 broke pytest-xdist's own marker silently (3.8 still sets item._nodeid), so the
+    plugin names each item's group itself (tests/test_build_tiny.py runs it on the newest pytest too)."""
     proc = run_pytest(tmp_path, "-m", "contracts", "--checkpoint", DRAFTS["specforge"], "--target", TARGET,
                       "--checkpoint", DRAFTS["speculators-kimi-k25"], "--contracts-only", "key-naming,tensor-shapes",
                       "-n", "2", "--dist", "loadgroup", "-v")

@@ -18,6 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "fixtures"
 MANIFEST = FIXTURES / "manifest.json"
 TOKEN_FREQ = FIXTURES / "vocab" / "token_freq.json"
+PACKAGED_TOKEN_FREQ = Path(__file__).resolve().parents[1] / "data" / "token_freq.json"  # in the wheel (package data)
 TARGET_DIR = FIXTURES / "targets" / "llama-tiny"
 
 SEED = 20261130
@@ -102,11 +103,13 @@ def token_frequencies(vocab_size: int = TARGET_VOCAB) -> dict[int, int]:
     """
     if vocab_size != TARGET_VOCAB:
         return _synthesized_frequencies(vocab_size)
-    if TOKEN_FREQ.exists():
-        return {int(k): v for k, v in json.loads(TOKEN_FREQ.read_text()).items()}
+    for table in (TOKEN_FREQ, PACKAGED_TOKEN_FREQ):  # a checkout's, else the copy installed with the package
+        if table.exists():
+            return {int(k): v for k, v in json.loads(table.read_text()).items()}
     counts = _synthesized_frequencies(TARGET_VOCAB)
-    TOKEN_FREQ.parent.mkdir(parents=True, exist_ok=True)
-    TOKEN_FREQ.write_text(json.dumps({str(k): v for k, v in sorted(counts.items())}, indent=0) + "\n")
+    if FIXTURES.is_dir():  # written into a checkout's fixtures only, never into an installed package's directory
+        TOKEN_FREQ.parent.mkdir(parents=True, exist_ok=True)
+        TOKEN_FREQ.write_text(json.dumps({str(k): v for k, v in sorted(counts.items())}, indent=0) + "\n")
     return counts
 
 
