@@ -413,7 +413,7 @@ class Subject:
                                       needs=e.needs))
             except ReplayError as e:  # this suite cannot replay that part of the engine on this release
                 results.append(Result(c.id, SKIP, f"not judged: {e}", {"replay_error": str(e)}))
-        return mark_causes(results)
+        return mark_causes(_pointers_kept(results, refused_in))
 
     def result(self, contract_id: str, only: list[str] | None = None) -> Result:
         """One contract's result from a run of ``only`` (default all) on this subject, run once and kept: its
@@ -428,6 +428,31 @@ class Subject:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _pointers_kept(results: list[Result], refused_in: str | None) -> list[Result]:
+    """A contract that met the engine's refusal points at the contract that reports it (config, when selected). When
+    config judged the draft without meeting it (the engine built the draft from its config, then refused its weights:
+    vLLM's loader on a 4-state fc its config sizes for 3), the pointers go to the failure that reports the refusal
+    (tensor-shapes' shape error), else the first of them becomes that failure: a refusal is never only pointed at."""
+    from contracts.refusals import REFUSED
+
+    by = {r.contract: r for r in results}
+    if refused_in is not None or by.get("config") is None or by["config"].status == FAIL:
+        return results
+    pointing = [r for r in results if r.status == SKIP and r.summary.endswith("(see config)")]
+    if not pointing:
+        return results
+    error = pointing[0].evidence.get("engine_error", "")
+    reported = next((r.contract for r in results if r.status == FAIL and error and error.split(":")[-1].strip()
+                     in str(r.evidence)), None)
+    if reported is None:
+        first = pointing[0]
+        first.status, first.summary = FAIL, f"{REFUSED}: {error}"
+        reported, pointing = first.contract, pointing[1:]
+    for r in pointing:
+        r.summary = r.summary.replace("(see config)", f"(see {reported})")
+    return results
 
 
 def path_record(subject: Subject) -> dict | None:

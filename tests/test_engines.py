@@ -100,3 +100,82 @@ def test_an_environment_the_installer_cannot_make_is_one_line_and_leaves_nothing
         environments.environment_for("sglang", "0.0.1")
     left = sorted(p.name for p in (tmp_path / "envs").iterdir())
     assert not [n for n in left if not n.endswith((".log", ".lock")) and n != "uv-cache"], left
+
+
+# --- a worker that dies or stops answering is the engine's refusal, in bounded time --------------------------------
+
+def _worker(name: str) -> WorkerEngine:
+    """A worker of each engine: SGLang in this environment, vLLM and llama.cpp in their releases' own."""
+    from contracts.engines.environments import environment_for
+
+    if name == "sglang":
+        return WorkerEngine("sglang(worker)", Path(sys.executable))
+    spec = {"vllm": "vllm==0.32.0", "llamacpp": "llamacpp==2026.10.11549"}[name]
+    return WorkerEngine(spec, environment_for(*parse_spec(spec)))
+
+
+def _signal_while_busy(pid: int, *signals) -> None:
+    """Stop the worker before it reads the next request, then (from another thread, once the request is sent) send
+    SIGNALS and let it go on: the signal lands while the worker holds the call, every time."""
+    import os
+    import signal
+    import threading
+    import time
+
+    os.kill(pid, signal.SIGSTOP)
+
+    def later():
+        time.sleep(1.0)
+        for sig in signals:
+            os.kill(pid, sig)
+        os.kill(pid, signal.SIGCONT)
+
+    threading.Thread(target=later, daemon=True).start()
+
+
+HD32_DRAFT = Path(__file__).resolve().parents[1] / "fixtures" / "drafts" / "specforge-hd32"
+HD32_TARGET = Path(__file__).resolve().parents[1] / "fixtures" / "targets" / "llama-tiny-hd32"
+
+
+@pytest.mark.parametrize("name", ["sglang", "vllm", "llamacpp"])
+def test_a_native_crash_of_the_worker_is_the_engines_refusal_and_the_next_call_starts_another(name):
+    """SIGSEGV (a native crash) and SIGABRT (glibc's "double free or corruption" ends a process this way) while the
+    worker runs an observation: EngineBuildError naming the signal and the worker's last words (a verdict, exit 1),
+    never a WorkerError (exit 2, "report it") or a hang; the next observation gets a fresh worker."""
+    import signal
+
+    engine = _worker(name)
+    try:
+        for sig in (signal.SIGSEGV, signal.SIGABRT):
+            engine.info()
+            _signal_while_busy(engine.pid, sig)
+            with pytest.raises(EngineBuildError, match=rf"ended the worker while it ran `load` \(killed by "
+                                                        rf"{sig.name}\); its last words: "):
+                engine.load(HD32_DRAFT, HD32_TARGET)
+            assert engine.pid is None
+        assert engine.load(HD32_DRAFT, HD32_TARGET).draft_class  # a fresh worker answers
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("name", ["sglang", "vllm", "llamacpp"])
+def test_a_worker_that_stops_answering_is_killed_after_the_timeout_and_is_the_engines_refusal(name, monkeypatch):
+    import signal
+    import time
+
+    engine = _worker(name)
+    try:
+        engine.info()
+        import os
+
+        os.kill(engine.pid, signal.SIGSTOP)  # it will never answer
+        monkeypatch.setenv("EAGLE3_CONTRACTS_WORKER_TIMEOUT", "5")
+        start = time.perf_counter()
+        with pytest.raises(EngineBuildError, match=r"ended the worker while it ran `load` \(stopped answering `load` "
+                                                   r"for 5 s and was killed\)"):
+            engine.load(HD32_DRAFT, HD32_TARGET)
+        assert time.perf_counter() - start < 30
+        monkeypatch.delenv("EAGLE3_CONTRACTS_WORKER_TIMEOUT")
+        assert engine.load(HD32_DRAFT, HD32_TARGET).draft_class
+    finally:
+        engine.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -58,7 +59,34 @@ def run_module(python, module: str, *args: str, timeout: float = 900) -> subproc
 
 
 class WorkerError(RuntimeError):
-    """The worker died or answered something that is not the protocol (a bug or a broken environment)."""
+    """The worker could not start, or answered something that is not the protocol (a bug or a broken environment)."""
+
+
+# How long one observation may take before the worker is taken for hung (``EAGLE3_CONTRACTS_WORKER_TIMEOUT``, seconds):
+# the slowest seen, a first vLLM build beside its registry subprocess or a llama.cpp pair converted, takes about 90 s
+WORKER_TIMEOUT_S = 300.0
+
+
+def worker_timeout() -> float:
+    return float(os.environ.get("EAGLE3_CONTRACTS_WORKER_TIMEOUT") or WORKER_TIMEOUT_S)
+
+
+# what glibc, CPython and the C++ runtime print as a process dies of itself
+FATAL = re.compile(r"double free|corrupted|free\(\)|malloc\(\)|munmap_chunk|Fatal Python error|"
+                                 r"Segmentation fault|terminate called|Aborted|GGML_ASSERT|Assertion `")
+
+
+def _died(code: int | None) -> str:
+    """How a process ended, said as a user reads it: a signal by name (SIGSEGV: a native crash; SIGABRT: an abort,
+    e.g. glibc's "double free or corruption"), else the exit status."""
+    import signal
+
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited ({code})"
 
 
 class WorkerEngine:
@@ -102,6 +130,11 @@ class WorkerEngine:
         return self._call("surface")
 
     # --- the worker ----------------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id while one runs (started by the first call)."""
+        return None if self._proc is None else self._proc.pid
+
     def _start(self) -> None:
         if self._failed is not None:  # a worker that could not start is not started again for every call
             raise self._failed
@@ -121,30 +154,69 @@ class WorkerEngine:
             raise
         self._info = first["ready"]
 
-    def _read(self) -> dict:
+    def _read(self, op: str | None = None) -> dict:
+        """The worker's next line. While it answers OP (an observation, not its start), a worker that dies (a native
+        crash, an abort) or stops answering within ``worker_timeout()`` is the engine's refusal of what it was given:
+        ``EngineBuildError`` with its last words, and the next call starts a fresh worker."""
+        import select
+
+        if op is not None:
+            ready, _, _ = select.select([self._proc.stdout], [], [], worker_timeout())
+            if not ready:
+                self._proc.kill()
+                self._proc.wait()
+                why = f"stopped answering `{op}` for {worker_timeout():.0f} s and was killed"
+                raise self._lost(op, why)
         line = self._proc.stdout.readline()
         if not line:
             try:  # its stdout is closed: it is exiting (wait for its status and last words rather than race them)
                 code = self._proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 code = None
-            self._log.flush()
-            self._log.seek(0)
-            tail = self._log.read()[-1500:].strip().splitlines()[-1:] or ["(no output)"]
-            raise WorkerError(f"{self.spec} worker exited ({code}): {tail[0]}")
+            if op is not None:
+                raise self._lost(op, _died(code))
+            raise WorkerError(f"{self.spec} worker {_died(code)}: {self._last_words()[-1]}")
         try:
             return json.loads(line)
         except json.JSONDecodeError:
             raise WorkerError(f"{self.spec} worker broke the protocol: {line[:200]!r}") from None
+
+    def _last_words(self, lines: int = 1) -> list[str]:
+        """The last lines the worker wrote to stderr (where the engine's own messages go); for a native death, the
+        lines that say what killed it (glibc's "double free or corruption (!prev)", "malloc(): unaligned tcache chunk
+        detected", "Fatal Python error: Segmentation fault") and where (the innermost Python frame of a fault
+        handler's dump), rather than the bottom of a native stack dump."""
+        self._log.flush()
+        self._log.seek(0)
+        text = self._log.read()[-20000:]
+        all_lines = [line for line in text.strip().splitlines() if line.strip()]
+        fatal = [line for line in all_lines if FATAL.search(line)]
+        if fatal:
+            frames = [line for line in all_lines if line.strip().startswith('File "') and ".py" in line]
+            return (fatal[-lines:] + frames[:1])[:max(lines, 2)]
+        return all_lines[-lines:] or ["(no output)"]
+
+    def _lost(self, op: str, why: str):
+        """The worker is gone while it held the engine's call: the engine's refusal, as an observation. The worker is
+        closed; the next call starts another."""
+        from contracts.engines.errors import EngineBuildError
+
+        words = " | ".join(line.strip()[:300] for line in self._last_words(3))
+        self.close()
+        return EngineBuildError(f"{self.spec}'s own code ended the worker while it ran `{op}` ({why}); its last "
+                                f"words: {words}")
 
     def _call(self, op: str, **args):
         from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
 
         self._start()
         self._next += 1
-        self._proc.stdin.write(json.dumps({"id": self._next, "op": op, "args": args}) + "\n")
-        self._proc.stdin.flush()
-        reply = self._read()
+        try:
+            self._proc.stdin.write(json.dumps({"id": self._next, "op": op, "args": args}) + "\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:  # it died between two calls
+            raise self._lost(op, _died(self._proc.wait())) from None
+        reply = self._read(op)
         if reply.get("id") != self._next:
             raise WorkerError(f"{self.spec} worker answered request {reply.get('id')}, not {self._next}")
         if "error" in reply:

@@ -1,0 +1,49 @@
+"""Drafts as the field publishes them in late 2026, judged from what each engine's own code does with them.
+
+- **Any number of aux layers** (vllm#54598): a speculators draft listing four top-level aux ids with a 4-state ``fc``.
+  vLLM 0.32.0 sizes ``fc`` from ``num_aux_hidden_states`` or the nested ``eagle_config`` only, so its weight loader
+  refuses the checkpoint's ``fc``: that refusal is the verdict. The same draft drove vLLM's worker into a native crash
+  (a double free, SIGSEGV) or a hang on the aux capture; a worker the engine's code ends is the engine's refusal, named
+  in its own last words, never a hang and never an internal error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import HD32, HD32_TARGET, make_copy
+from safetensors import safe_open
+
+from contracts.cli import main
+
+V2, V1 = "vllm==0.32.0", "vllm==0.32.0:v1"
+
+
+@pytest.fixture(scope="module")
+def four_aux(tmp_path_factory):
+    """speculators' default draft with four aux ids and an fc over four states (its first 192 inputs as trained)."""
+    src = HD32["speculators-default"]
+    with safe_open(src / "model.safetensors", "pt") as f:
+        fc = f.get_tensor("fc.weight")
+    wide = torch.cat([fc, torch.randn(fc.shape[0], fc.shape[1] // 3, generator=torch.Generator().manual_seed(4))], 1)
+    return make_copy(src, tmp_path_factory.mktemp("field") / "four-aux", replace={"fc.weight": wide},
+                     config={"eagle_aux_hidden_state_layer_ids": [1, 2, 4, 5]})
+
+
+@pytest.mark.parametrize("engine", [V2, V1])
+def test_four_aux_layers_on_vllm_are_the_loaders_refusal_not_a_dead_worker(four_aux, engine, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    code = main(["check", str(four_aux), "--target", str(HD32_TARGET), "--engine", engine, "--format", "json",
+                 "--output", str(out), "--only", "key-naming,tensor-shapes,hidden-width"])
+    assert "internal error" not in capsys.readouterr().err
+    by = {r["contract"]: r for r in json.loads(out.read_text())["results"]}
+    assert code == 1
+    shapes = by["tensor-shapes"]
+    assert shapes["status"] == "fail" and "`fc.weight` [64, 256] → model.fc.weight [64, 192]" in shapes["summary"]
+    assert "Tried to load weights of size torch.Size([64, 256])" in json.dumps(shapes["evidence"])
+    assert "4 aux layer(s)" in shapes["fix"] and "eagle_config.eagle_aux_hidden_state_layer_ids" in shapes["fix"]
+    # hidden-width meets the engine's refusal: its loader's words, or the worker's end in the engine's own words
+    width = by["hidden-width"]
+    assert width["status"] in ("fail", "skip"), width
+    assert "Traceback" not in width["summary"] and "WorkerError" not in width["summary"], width
