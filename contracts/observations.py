@@ -98,6 +98,7 @@ class LoadObservation(Observation):
     # loading it again): the one setting that explains a list of never-written parameters
     config_fix: dict | None = None
     reads_not_observed: str | None = None  # why no forward could say which layer parameters the engine reads
+    reads_observed_on: str | None = None  # where the reads were observed when not on the checkpoint's own weights
 
     @classmethod
     def from_dict(cls, d: dict) -> "LoadObservation":

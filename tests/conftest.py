@@ -135,8 +135,8 @@ def second_layer(src: Path) -> dict:
     gen = torch.Generator().manual_seed(1)
     with safe_open(str(src / "model.safetensors"), "pt") as f:
         first = {k: f.get_slice(k) for k in f.keys()}
-        layer0 = {k.split(".", 1)[1]: (v.get_shape(), v.get_dtype()) for k, v in first.items()
-                  if k.startswith(("midlayer.", "layers.0."))}
+        layer0 = {k.removeprefix("midlayer.").removeprefix("layers.0."): (v.get_shape(), v.get_dtype())
+                  for k, v in first.items() if k.startswith(("midlayer.", "layers.0."))}
     hidden = layer0["input_layernorm.weight"][0][0]
     out = {}
     for name, (shape, _) in layer0.items():

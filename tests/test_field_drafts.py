@@ -4,7 +4,11 @@
   vLLM 0.32.0 sizes ``fc`` from ``num_aux_hidden_states`` or the nested ``eagle_config`` only, so its weight loader
   refuses the checkpoint's ``fc``: that refusal is the verdict. The same draft drove vLLM's worker into a native crash
   (a double free, SIGSEGV) or a hang on the aux capture; a worker the engine's code ends is the engine's refusal, named
-  in its own last words, never a hang and never an internal error."""
+  in its own last words, never a hang and never an internal error.
+- **Parameters nobody reads**: a two-layer speculators draft saves no ``hidden_norm`` above layer 0; vLLM builds one in
+  every layer and its ``LlamaDecoderLayer.forward`` reads it only in layer 0. Where the draft's own weights cannot run
+  here (a head size vLLM's CPU attention does not take, a real-size draft), which parameters the forward reads is
+  observed on a scaled-down copy: an unwritten parameter is a finding only when the engine's forward reads it."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import json
 
 import pytest
 import torch
-from conftest import HD32, HD32_TARGET, make_copy
+from conftest import DRAFTS, HD32, HD32_TARGET, TARGET, make_copy, second_layer
 from safetensors import safe_open
 
 from contracts.cli import main
@@ -47,3 +51,18 @@ def test_four_aux_layers_on_vllm_are_the_loaders_refusal_not_a_dead_worker(four_
     width = by["hidden-width"]
     assert width["status"] in ("fail", "skip"), width
     assert "Traceback" not in width["summary"] and "WorkerError" not in width["summary"], width
+
+
+@pytest.mark.parametrize("engine", [V2, V1])
+def test_a_second_layers_unread_hidden_norm_is_harmless_on_vllm_at_a_head_size_its_cpu_kernel_lacks(engine, tmp_path):
+    src = DRAFTS["speculators-default"]  # head_dim 16: vLLM's CPU attention cannot run the draft's own weights
+    layer = json.loads((src / "config.json").read_text())["transformer_layer_config"]
+    two = make_copy(src, tmp_path / "two-layers", add=second_layer(src),
+                    config={"transformer_layer_config": {**layer, "num_hidden_layers": 2}})
+    out = tmp_path / "report.json"
+    code = main(["check", str(two), "--target", str(TARGET), "--engine", engine, "--format", "json",
+                 "--output", str(out), "--only", "key-naming"])
+    naming = json.loads(out.read_text())["results"][0]
+    assert (code, naming["status"]) == (0, "pass"), naming
+    assert "layers.1.hidden_norm.weight" in naming["evidence"]["never_written_never_read"]
+    assert "scaled-down copy" in naming["evidence"]["layer_reads_observed_on"]

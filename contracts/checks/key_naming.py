@@ -141,6 +141,8 @@ def check_key_naming(subject: SubjectView) -> Result:
             f" (the checkpoint writes them, {obs.draft_class}'s forward never reads them: the trained values are unused)")
     if obs.reads_not_observed:
         evidence["layer_reads_not_observed"] = obs.reads_not_observed
+    elif obs.reads_observed_on and (never_read or loaded_unread):
+        evidence["layer_reads_observed_on"] = obs.reads_observed_on
     if obs.load_error:
         evidence["load_error"] = obs.load_error
 

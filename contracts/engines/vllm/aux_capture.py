@@ -33,7 +33,8 @@ from contracts.engines.errors import EngineBuildError, ReplayError, raised_by_en
 from contracts.engines.scaling import scale_down, scale_draft
 from contracts.engines.vllm.context import building, draft_configs, engine_version, on_device
 from contracts.engines.tracing import init_random
-from contracts.engines.vllm.cpu_forward import finish_loading, head_dim_of, kernels_missing, one_request, runs_on_cpu
+from contracts.engines.vllm.cpu_forward import (CPU_HEAD_DIM, finish_loading, head_dim_of, kernels_missing, one_request,
+                                                runs_on_cpu)
 from contracts.engines.vllm.loader import build_draft
 from contracts.engines.vllm.runners import LABEL, resolve
 from contracts.observations import AuxCaptureObservation
@@ -41,7 +42,6 @@ from contracts.observations import AuxCaptureObservation
 SMALL_TARGET_PARAMS = 50_000_000  # targets up to this size are run with their own weights
 TINY_BUILD_MAX_ELEMENTS = 50_000_000  # a scaled-down target copy larger than this (parameters + buffers) is not built
 INPUT_IDS = [1, 5, 9, 22, 100, 7]
-CPU_HEAD_DIM = 32  # the smallest head size vLLM's CPU attention kernel takes
 CPU_LATENT = {"kv_lora_rank": 512, "qk_rope_head_dim": 64}  # vLLM's CPU MLA kernel takes only a 576-wide latent
 
 

@@ -25,7 +25,7 @@ from contracts.engines.errors import EngineBuildError, raised_by_engine
 from contracts.engines.scaling import scale_draft
 from contracts.engines.switch_effect import rope_comparison, switch_effect
 from contracts.engines.tracing import is_real_size
-from contracts.engines.vllm.aux_capture import CPU_HEAD_DIM
+from contracts.engines.vllm.cpu_forward import CPU_HEAD_DIM
 from contracts.engines.vllm.context import current, draft_configs, engine_version
 from contracts.engines.vllm.cpu_forward import finish_loading, kernels_missing, one_request, runs_on_cpu
 from contracts.engines.vllm.loader import LoadTracer, build_draft, is_eagle3_draft_class

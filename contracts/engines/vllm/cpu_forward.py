@@ -43,6 +43,8 @@ def kernels_missing() -> str | None:
                 f"so no forward runs here") if build_kind() == "vllm" else \
             f"vLLM {engine_version()}'s CPU kernels (vllm._C) do not load here ({detail})"
 
+CPU_HEAD_DIM = 32  # the smallest head size vLLM's CPU attention kernel takes
+
 
 def supported_head_sizes() -> list[int]:
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend

@@ -228,6 +228,7 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
     both runners; ``runner`` names the sharing step that will fill what the checkpoint leaves to the target).
 
     Raises ``EngineBuildError`` when vLLM refuses the config or cannot build the draft class."""
+    from contracts.engines.vllm.cpu_forward import runs_on_cpu
     from contracts.engines.vllm.runners import resolve
 
     ckpt, configs, model, tracer, fates, load_error = load_traced(engine_dir, target_dir, device=device)
@@ -248,8 +249,9 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
         is_eagle3_draft=is_eagle3_draft_class(type(model)),
     )
     observation.device = "meta" if any(p.is_meta for p in model.parameters()) else "cpu"
-    if observation.device == "cpu" and load_error is None and int(getattr(hf, "num_hidden_layers", 1)) > 1:
-        observation.reads_not_observed = mark_reads(observation.params, model, lambda: _one_forward(model, configs))
+    if load_error is None and int(getattr(hf, "num_hidden_layers", 1)) > 1:
+        observation.reads_not_observed = mark_reads(observation.params, model, lambda: _one_forward(model, configs)) \
+            if observation.device == "cpu" and runs_on_cpu(hf) else _reads_on_scaled_copy(engine_dir, observation)
     for fate in observation.tensors:
         if fate.key.split(".")[-1] == "d2t" and any(c.param == MAP_PARAM for c in fate.calls):
             fate.side_channel = MAP_PARAM  # vLLM's d2t: draft_id_to_target_id, applied as arange + d2t
@@ -261,6 +263,44 @@ def observe_load(engine_dir, target_dir=None, *, probe_fixes: bool = True, devic
     if probe_fixes and load_error is None and not dropped_keys(fates.values()):
         observation.config_fix = _probe_settings(configs, ckpt, observation, judged)
     return observation
+
+
+def _reads_on_scaled_copy(engine_dir, observation: LoadObservation) -> str | None:
+    """Which layer parameters vLLM's forward reads, observed on a scaled-down copy of the draft's config (same
+    class, layer count and switches; seeded weights) where the checkpoint's own cannot run here: a real-size draft
+    (built on ``meta``) or a head size vLLM's CPU attention does not take. What the forward reads is a property of
+    the engine's code, not of the weights: without it, a second layer's ``hidden_norm`` (built, never read) failed
+    key-naming on every real two-layer draft."""
+    import json
+    import shutil
+    import tempfile
+
+    import torch
+
+    from contracts.engines.scaling import scale_draft
+    from contracts.engines.vllm.cpu_forward import CPU_HEAD_DIM
+
+    tmp = Path(tempfile.mkdtemp(prefix="eagle3-contracts-vllm-reads-"))
+    try:
+        flat = json.loads((Path(engine_dir) / "config.json").read_text())
+        (tmp / "config.json").write_text(json.dumps(scale_draft(flat, 64, 1024, head_dim=CPU_HEAD_DIM)))
+        try:
+            configs = draft_configs(tmp, None, "float32")
+            model = build_draft(configs)
+        except EngineBuildError as e:
+            return f"the scaled-down copy could not be built: {e}"
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():  # finite before the first forward: vLLM's CPU path repacks weights on first use
+            for name, p in model.named_parameters():
+                if p.is_floating_point():
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02 + (1.0 if "norm" in name else 0.0))
+        why = mark_reads(observation.params, model, lambda: _one_forward(model, configs))
+        if why is None:
+            observation.reads_observed_on = (f"a scaled-down copy of the draft config (hidden 64, head_dim "
+                                             f"{CPU_HEAD_DIM}) with seeded weights")
+        return why
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _one_forward(model, configs):
