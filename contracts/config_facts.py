@@ -27,6 +27,18 @@ def trained_config(ckpt_config: dict) -> dict:
     return layer if isinstance(layer, dict) else ckpt_config
 
 
+def trained_without_aux(ckpt_config: dict, tensor_names) -> str | None:
+    """Why the trainer's own record says the draft was trained on no aux hidden states (the target's last one fed in
+    directly, as NVIDIA's gpt-oss ``Eagle3-v2`` heads are), else None: its ``eagle_config`` sets
+    ``use_aux_hidden_state: false`` and the checkpoint holds no ``fc`` to combine aux states with."""
+    nested = ckpt_config.get("eagle_config")
+    if not isinstance(nested, dict) or nested.get("use_aux_hidden_state") is not False:
+        return None
+    if any(name.split(".")[-2:] == ["fc", "weight"] for name in tensor_names):
+        return None
+    return "its eagle_config sets use_aux_hidden_state: false and the checkpoint has no fc"
+
+
 def switches_in(flat: dict, original: dict) -> dict[str, bool]:
     eagle = flat.get("eagle_config") if isinstance(flat.get("eagle_config"), dict) else {}
     found = {}

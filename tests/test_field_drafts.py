@@ -1,5 +1,11 @@
 """Drafts as the field publishes them in late 2026, judged from what each engine's own code does with them.
 
+- **Heads that use no aux hidden states** (NVIDIA's gpt-oss ``Eagle3-v2``; vllm#27688, vllm#40656): a Model Optimizer
+  draft with ``eagle_config.use_aux_hidden_state: false`` and no ``fc``. SGLang captures no aux layers and its
+  ``LlamaModel.forward`` applies ``fc`` only when the widths differ; vLLM's Model Runner V1 captures nothing and builds
+  no ``fc``: both serve it as trained. Model Runner V2 captures aux states whatever the config says and the draft's
+  forward fails: a real failure there.
+
 - **Any number of aux layers** (vllm#54598): a speculators draft listing four top-level aux ids with a 4-state ``fc``.
   vLLM 0.32.0 sizes ``fc`` from ``num_aux_hidden_states`` or the nested ``eagle_config`` only, so its weight loader
   refuses the checkpoint's ``fc``: that refusal is the verdict. The same draft drove vLLM's worker into a native crash
@@ -16,7 +22,7 @@ import json
 
 import pytest
 import torch
-from conftest import DRAFTS, HD32, HD32_TARGET, TARGET, make_copy, second_layer
+from conftest import DRAFTS, FIXTURES, HD32, HD32_TARGET, TARGET, make_copy, second_layer
 from safetensors import safe_open
 
 from contracts.cli import main
@@ -66,3 +72,30 @@ def test_a_second_layers_unread_hidden_norm_is_harmless_on_vllm_at_a_head_size_i
     assert (code, naming["status"]) == (0, "pass"), naming
     assert "layers.1.hidden_norm.weight" in naming["evidence"]["never_written_never_read"]
     assert "scaled-down copy" in naming["evidence"]["layer_reads_observed_on"]
+
+
+@pytest.fixture(scope="module")
+def without_aux(tmp_path_factory):
+    src = FIXTURES / "drafts" / "modelopt-default-hd32"
+    nested = json.loads((src / "config.json").read_text())["eagle_config"]
+    nested = {k: v for k, v in nested.items() if k != "eagle_aux_hidden_state_layer_ids"}
+    return make_copy(src, tmp_path_factory.mktemp("field") / "no-aux", remove=["fc.weight"],
+                     config={"eagle_config": {**nested, "use_aux_hidden_state": False}})
+
+
+@pytest.mark.parametrize("engine, served", [("sglang", True), (V1, True), (V2, False)])
+def test_a_head_trained_without_aux_states_is_served_as_trained_where_the_engine_captures_none(
+        without_aux, engine, served, tmp_path):
+    out = tmp_path / "report.json"
+    code = main(["check", str(without_aux), "--target", str(HD32_TARGET), "--engine", engine, "--format", "json",
+                 "--output", str(out), "--only", "key-naming,hidden-width"])
+    by = {r["contract"]: r for r in json.loads(out.read_text())["results"]}
+    assert by["key-naming"]["status"] == "pass", by["key-naming"]  # SGLang's built, never-applied fc is harmless
+    width = by["hidden-width"]
+    if served:
+        assert code == 0 and width["status"] == "pass", width
+        assert "hands over 64 = 1 × 64" in width["summary"] and "served as trained" in width["summary"]
+    else:  # Model Runner V2 hard-codes aux capture: the forward fails, and the fix does not drop the flag
+        assert code == 1 and width["status"] == "fail", width
+        assert "hands over 192 = 3 × 64 on Model Runner V2" in width["summary"]
+        assert "remove use_aux_hidden_state" not in (width["fix"] or "")

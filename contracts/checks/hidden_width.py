@@ -16,6 +16,7 @@ to capture the trained layers with; where none do, the fix says so.
 from __future__ import annotations
 
 from contracts.checks.evidence import engine_label
+from contracts.config_facts import trained_without_aux
 from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
 IDS = "eagle_aux_hidden_state_layer_ids"
@@ -67,7 +68,10 @@ def check_hidden_width(subject: SubjectView) -> Result:
         fixes.append(f"serve with {since}" if since else
                      f"{label} does not implement {hook_name} for {aux.target_architecture}: serve a target class "
                      f"that does, or add the hook to it")
-    if aux.use_aux_hidden_state is False:
+    no_aux = trained_without_aux(subject.checkpoint.config, subject.checkpoint.tensors)
+    if no_aux:
+        ev["trained_without_aux"] = no_aux
+    if aux.use_aux_hidden_state is False and not no_aux:
         problems.append("the draft config sets eagle_config.use_aux_hidden_state: false, so the engine captures no aux "
                         "layers although fc expects them")
         fixes.append("remove use_aux_hidden_state: false from eagle_config")
@@ -85,8 +89,13 @@ def check_hidden_width(subject: SubjectView) -> Result:
                             f"{trained_hidden})")
             fixes.append(f"list exactly {trained_states} ids in eagle_config.eagle_aux_hidden_state_layer_ids")
 
-    if aux.evidence == "observed":
+    served_without_aux = bool(no_aux) and aux.evidence == "observed" and not aux.draft_forward_error \
+        and aux.hidden_width == aux.tiny_hidden_size
+    if aux.evidence == "observed" and not served_without_aux:
         h = aux.tiny_hidden_size
+        if no_aux and aux.draft_forward_error and aux.use_aux_hidden_state:
+            fixes.append(f"{label}{_on(aux)} captures aux hidden states whatever use_aux_hidden_state says: serve "
+                         f"this draft where the engine reads it (check it with --engine of another runner or engine)")
         if aux.hidden_width != aux.fc_in_features:
             what = "fc is silently bypassed" if aux.fc_ran is False and not aux.draft_forward_error else \
                 f"the draft forward fails ({aux.draft_forward_error[:160]})" if aux.draft_forward_error else \
@@ -134,6 +143,10 @@ def check_hidden_width(subject: SubjectView) -> Result:
     if aux.evidence == "static":
         return Result("hidden-width", PASS, f"{aux.target_class} implements the aux-capture hook ({aux.hook}); static "
                       f"evidence only: {aux.evidence_reason}", ev)
+    if served_without_aux:
+        return Result("hidden-width", PASS, f"{aux.target_class} hands over {_states(aux.hidden_width, aux.tiny_hidden_size)}"
+                      f"{_on(aux)} (no aux layers captured: the draft was trained without aux hidden states, {no_aux}); "
+                      f"no fc applied: served as trained", ev)
     return Result("hidden-width", PASS, f"{aux.target_class} hands over {_states(aux.hidden_width, aux.tiny_hidden_size)}"
                   f" (hidden_states {list(engine_layers or [])}), fc ran" + others, ev)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from contracts.checks.evidence import collapse_layers, engine_label
+from contracts.config_facts import trained_without_aux
 from contracts.registry import FAIL, PASS, WARN, Result, SubjectView, contract
 
 # Tensors the engine skips on purpose. t2d is the target->draft mask; both engines derive the map from d2t
@@ -96,6 +97,22 @@ def _checkpoint_name(param: str) -> str:
     return param.removeprefix("model.")
 
 
+def _fc_not_applied(subject: SubjectView, unwritten) -> str | None:
+    """An ``fc`` the engine builds for a draft trained without aux hidden states (no fc saved) is harmless unwritten
+    when the engine, wired with the target for this config, hands over one state and never applies it (SGLang's
+    ``LlamaModel.forward`` applies fc only when the widths differ): observed in the aux wiring, not assumed."""
+    if not any(p.name.endswith("fc.weight") for p in unwritten) or subject.target_path is None:
+        return None
+    if not trained_without_aux(subject.checkpoint.config, subject.checkpoint.tensors):
+        return None
+    aux = subject.aux
+    if aux is None or aux.evidence != "observed" or aux.fc_ran is not False or aux.draft_forward_error \
+            or aux.hidden_width != aux.tiny_hidden_size:
+        return None
+    return (f"the draft was trained without aux hidden states (no fc saved) and {engine_label(aux.engine)} hands it "
+            f"one state of {aux.hidden_width}: its forward never applied fc (observed with the target wired)")
+
+
 @contract("key-naming", "every checkpoint tensor reaches an engine parameter or side channel, and every "
                         "engine parameter is written by the checkpoint or by the engine's sharing with the target")
 def check_key_naming(subject: SubjectView) -> Result:
@@ -118,6 +135,10 @@ def check_key_naming(subject: SubjectView) -> Result:
             shape_blocked.append(p.name)
         else:
             unwritten.append(p)
+    fc_unread = _fc_not_applied(subject, unwritten)
+    if fc_unread:
+        never_read += [p.name for p in unwritten if p.name.endswith("fc.weight")]
+        unwritten = [p for p in unwritten if not p.name.endswith("fc.weight")]
     renames = {t.key: sorted(set(t.reached)) for t in obs.tensors if t.reached and t.reached != [f"model.{t.key}"]
                and t.reached != [t.key]}
 
@@ -139,6 +160,8 @@ def check_key_naming(subject: SubjectView) -> Result:
     if loaded_unread:
         evidence["loaded_but_never_read"] = collapse_layers(loaded_unread) + (
             f" (the checkpoint writes them, {obs.draft_class}'s forward never reads them: the trained values are unused)")
+    if fc_unread:
+        evidence["fc_not_applied"] = fc_unread
     if obs.reads_not_observed:
         evidence["layer_reads_not_observed"] = obs.reads_not_observed
     elif obs.reads_observed_on and (never_read or loaded_unread):
