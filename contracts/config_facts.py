@@ -39,6 +39,15 @@ def trained_without_aux(ckpt_config: dict, tensor_names) -> str | None:
     return "its eagle_config sets use_aux_hidden_state: false and the checkpoint has no fc"
 
 
+def trained_embedding_frozen(ckpt_config: dict) -> str | None:
+    """Why the trainer's own record says the draft trained with the target's embedding, copied in and frozen, whatever
+    embedding the checkpoint saves, else None: speculators' ``embed_requires_grad: false`` (its default; ``model.py``
+    copies the verifier's embedding in, ``eagle3/core.py`` freezes it)."""
+    if ckpt_config.get("embed_requires_grad") is False and ckpt_config.get("speculators_config") is not None:
+        return "speculators trains with the verifier's embedding frozen (embed_requires_grad: false)"
+    return None
+
+
 def switches_in(flat: dict, original: dict) -> dict[str, bool]:
     eagle = flat.get("eagle_config") if isinstance(flat.get("eagle_config"), dict) else {}
     found = {}

@@ -109,11 +109,23 @@ def test_embedding_not_shared_but_saved_is_the_checkpoints(broken, run_contract)
     assert result.evidence["embedding"]["served_equals_checkpoint"] is True
 
 
-def test_changed_frozen_embedding_fails_with_the_differing_rows(broken, run_contract):
+def test_a_changed_embedding_the_trainer_froze_is_unused_on_sglang_which_serves_the_targets(broken, run_contract):
+    """speculators trains with the verifier's embedding frozen (embed_requires_grad: false): the draft trained with
+    the target's embedding, which SGLang serves; the differing saved one (an exporter's) goes unused."""
+    embed = load_file(DRAFTS["speculators-default"] / "model.safetensors")["embed_tokens.weight"].clone()
+    embed[7] += 0.5
+    result = run_contract(broken("speculators-default", replace={"embed_tokens.weight": embed}), "embed-head")
+    assert result.status == "pass", result
+    assert "differs and goes unused: the draft trained with the target's, frozen" in result.summary
+    assert "embed_requires_grad: false" in result.evidence["embedding"]["trained_with"]
+
+
+def test_a_changed_trained_embedding_fails_with_the_differing_rows(broken, run_contract):
     embed = load_file(DRAFTS["speculators-default"] / "model.safetensors")["embed_tokens.weight"].clone()
     embed[7] += 0.5
     embed[300] -= 0.25
-    result = run_contract(broken("speculators-default", replace={"embed_tokens.weight": embed}), "embed-head")
+    result = run_contract(broken("speculators-default", replace={"embed_tokens.weight": embed},
+                                 config={"embed_requires_grad": True}), "embed-head")
     assert result.status == "fail"
     cmp = result.evidence["embedding"]["checkpoint_vs_target"]
     assert cmp["rows_differing"] == 2 and cmp["first_differing_row"] == 7 and cmp["max_abs_diff"] == 0.5

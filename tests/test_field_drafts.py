@@ -11,6 +11,10 @@
   refuses the checkpoint's ``fc``: that refusal is the verdict. The same draft drove vLLM's worker into a native crash
   (a double free, SIGSEGV) or a hang on the aux capture; a worker the engine's code ends is the engine's refusal, named
   in its own last words, never a hang and never an internal error.
+- **Which embedding the draft trained with** (TorchSpec#38): speculators trains with the verifier's embedding copied in
+  and frozen (``embed_requires_grad: false``), so a saved embedding that differs (an exporter's random one) was never
+  trained with. SGLang serves the target's in its place (as trained: ``test_embed_head``); vLLM keeps a distinct one
+  on both runners and llama.cpp always uses the draft's own: both serve the untrained one.
 - **Parameters nobody reads**: a two-layer speculators draft saves no ``hidden_norm`` above layer 0; vLLM builds one in
   every layer and its ``LlamaDecoderLayer.forward`` reads it only in layer 0. Where the draft's own weights cannot run
   here (a head size vLLM's CPU attention does not take, a real-size draft), which parameters the forward reads is
@@ -99,3 +103,18 @@ def test_a_head_trained_without_aux_states_is_served_as_trained_where_the_engine
         assert code == 1 and width["status"] == "fail", width
         assert "hands over 192 = 3 × 64 on Model Runner V2" in width["summary"]
         assert "remove use_aux_hidden_state" not in (width["fix"] or "")
+
+
+@pytest.mark.parametrize("engine", [V2, V1, "llamacpp"])
+def test_a_random_embedding_beside_a_frozen_trained_one_fails_where_the_engine_keeps_the_drafts(engine, tmp_path):
+    src = HD32["speculators-default"]
+    noise = torch.randn(512, 64, generator=torch.Generator().manual_seed(3)) * 0.02
+    draft = make_copy(src, tmp_path / "random-embedding", replace={"embed_tokens.weight": noise})
+    out = tmp_path / "report.json"
+    code = main(["check", str(draft), "--target", str(HD32_TARGET), "--engine", engine, "--format", "json",
+                 "--output", str(out), "--only", "embed-head"])
+    result = json.loads(out.read_text())["results"][0]
+    assert (code, result["status"]) == (1, "fail"), result
+    assert "serves the checkpoint's `embed_tokens.weight`, which is not the target's embedding" in result["summary"]
+    assert "embed_requires_grad: false" in result["summary"]
+    assert "overwrite `embed_tokens.weight` with the target's" in result["fix"]

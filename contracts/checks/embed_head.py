@@ -17,6 +17,7 @@ row chunks.
 from __future__ import annotations
 
 from contracts.checks.evidence import engine_label
+from contracts.config_facts import trained_embedding_frozen
 from contracts.fingerprint import coarser, compare_file_tensors, file_chunks, fingerprint, first_differing_rows
 from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
@@ -134,6 +135,9 @@ def check_embed_head(subject: SubjectView) -> Result:
     if obs.error:
         evidence["wiring_error"] = obs.error
     problems, fixes = [], []
+    frozen = trained_embedding_frozen(ckpt.config)
+    if frozen:
+        evidence["embedding"]["trained_with"] = f"the target's embedding: {frozen}"
 
     # --- the embedding --------------------------------------------------------------------------------------
     e_ev = evidence["embedding"]
@@ -149,11 +153,11 @@ def check_embed_head(subject: SubjectView) -> Result:
             b = (target.path / target.tensors[tkey].file, tkey)
             cmp = compare_file_tensors(a, b, coarser(ckpt.tensors[ckpt_embed].dtype, target.tensors[tkey].dtype))
             e_ev["checkpoint_vs_target"] = cmp
-            if not cmp["comparable"] or cmp["rows_differing"]:
-                detail = (f"shape {cmp['shapes'][0]} vs the target's {cmp['shapes'][1]}" if not cmp["comparable"]
-                          else f"{cmp['rows_differing']} of {cmp['shape'][0]} rows differ, first row "
-                               f"{cmp['first_differing_row']}, max |Δ| {cmp['max_abs_diff']:.4g} "
-                               f"in {cmp['compared_as']}")
+            if (not cmp["comparable"] or cmp["rows_differing"]) and frozen:  # the saved one was never trained
+                e_ev["checkpoint_embedding_unused"] = (f"{_differs(cmp)}; {frozen}, and {engine_label(obs.engine)} "
+                                                       f"serves the target's: as trained")
+            elif not cmp["comparable"] or cmp["rows_differing"]:
+                detail = _differs(cmp)
                 via = _via(obs, "embed")
                 problems.append(f"the checkpoint's `{ckpt_embed}` is not the target's embedding ({detail}), but the "
                                 f"engine serves the draft with the target's ({via}): the draft was trained with "
@@ -163,6 +167,8 @@ def check_embed_head(subject: SubjectView) -> Result:
                              f"retrain from a checkpoint whose `{ckpt_embed}` equals the target's")
         else:
             e_ev["checkpoint_vs_target"] = "skipped: no target weights"
+    if embed_origin == "checkpoint" and frozen and ckpt_embed:
+        _own_embedding_not_trained(obs, ckpt, target, ckpt_embed, frozen, e_ev, problems, fixes)
     if embed_origin.startswith("target") and obs.embed.shape and isinstance(d["hidden_size"], int) and \
             obs.embed.shape[-1] != d["hidden_size"]:
         problems.append(f"the engine shares the target's embedding {obs.embed.shape} into a draft of hidden size "
@@ -232,7 +238,12 @@ def check_embed_head(subject: SubjectView) -> Result:
     if problems:
         return Result(CID, FAIL, "; ".join(problems), evidence, "; ".join(dict.fromkeys(fixes)) or None)
     note = ""
-    if isinstance(e_ev.get("checkpoint_vs_target"), dict):
+    if e_ev.get("checkpoint_embedding_unused"):
+        note = (f" (the checkpoint's `{ckpt_embed}` differs and goes unused: the draft trained with the target's, "
+                f"frozen)")
+    elif embed_origin == "checkpoint" and frozen and isinstance(e_ev.get("checkpoint_vs_target"), dict):
+        note = f", equal to the target's embedding it trained with (frozen) in {e_ev['checkpoint_vs_target']['compared_as']}"
+    elif isinstance(e_ev.get("checkpoint_vs_target"), dict):
         note = f", equal to the checkpoint's `{ckpt_embed}` in {e_ev['checkpoint_vs_target']['compared_as']}"
     elif ckpt_embed is None and embed_origin.startswith("target"):
         note = " (the checkpoint has no embed_tokens)"
@@ -241,6 +252,34 @@ def check_embed_head(subject: SubjectView) -> Result:
     skipped = "" if values else "; value checks skipped: no target weights"
     return Result(CID, PASS, f"embedding: {embed_origin}{note}; head: {head_origin}{head_note}{skipped}{stopped}",
                   evidence)
+
+
+def _differs(cmp: dict) -> str:
+    if not cmp["comparable"]:
+        return f"shape {cmp['shapes'][0]} vs the target's {cmp['shapes'][1]}"
+    return (f"{cmp['rows_differing']} of {cmp['shape'][0]} rows differ, first row {cmp['first_differing_row']}, "
+            f"max |Δ| {cmp['max_abs_diff']:.4g} in {cmp['compared_as']}")
+
+
+def _own_embedding_not_trained(obs, ckpt, target, ckpt_embed: str, frozen: str, e_ev: dict, problems: list,
+                               fixes: list) -> None:
+    """The engine keeps the checkpoint's embedding (vLLM when it differs from the target's, llama.cpp always), but
+    the trainer trained with the target's frozen one: a saved embedding that differs was never trained with
+    (TorchSpec#38: a random embedding written by an exporter) and is served in its place."""
+    tkey = _key(target.tensors, "embed_tokens.weight") if target is not None else None
+    if tkey is None:
+        e_ev["checkpoint_vs_target"] = "skipped: no target weights"
+        return
+    a = (ckpt.path / ckpt.tensors[ckpt_embed].file, ckpt_embed)
+    b = (target.path / target.tensors[tkey].file, tkey)
+    cmp = compare_file_tensors(a, b, coarser(ckpt.tensors[ckpt_embed].dtype, target.tensors[tkey].dtype))
+    e_ev["checkpoint_vs_target"] = cmp
+    if cmp["comparable"] and not cmp["rows_differing"]:
+        return
+    label = engine_label(obs.engine)
+    problems.append(f"{label} serves the checkpoint's `{ckpt_embed}`, which is not the target's embedding "
+                    f"({_differs(cmp)}), but {frozen}: the draft runs with an embedding it was never trained with")
+    fixes.append(f"overwrite `{ckpt_embed}` with the target's `{tkey}` (the embedding the draft trained with)")
 
 
 def _without_target(subject: SubjectView) -> Result:
