@@ -39,6 +39,17 @@ def trained_without_aux(ckpt_config: dict, tensor_names) -> str | None:
     return "its eagle_config sets use_aux_hidden_state: false and the checkpoint has no fc"
 
 
+def served_without_aux(subject, aux) -> str | None:
+    """The trainer's record of a draft trained without aux hidden states (``trained_without_aux``) when the engine,
+    wired with the target for this config (AUX, its observation), handed the draft one state of the target's width
+    and ran its forward without applying ``fc``: served as trained. None otherwise."""
+    no_aux = trained_without_aux(subject.checkpoint.config, subject.checkpoint.tensors)
+    if no_aux and aux is not None and aux.evidence == "observed" and aux.fc_ran is False \
+            and not aux.draft_forward_error and aux.hidden_width == aux.tiny_hidden_size:
+        return no_aux
+    return None
+
+
 def trained_embedding_frozen(ckpt_config: dict) -> str | None:
     """Why the trainer's own record says the draft trained with the target's embedding, copied in and frozen, whatever
     embedding the checkpoint saves, else None: speculators' ``embed_requires_grad: false`` (its default; ``model.py``

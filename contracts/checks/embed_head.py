@@ -71,11 +71,9 @@ def _same_as_target_head(obs, ckpt, target, ckpt_head: str, h_ev: dict) -> bool:
     keys = [k for k in obs.head.written_by if k in target.tensors]
     if not keys:
         return False
-    a = (ckpt.path / ckpt.tensors[ckpt_head].file, ckpt_head)
-    b = (target.path / target.tensors[keys[0]].file, keys[0])
-    cmp = compare_file_tensors(a, b, coarser(ckpt.tensors[ckpt_head].dtype, target.tensors[keys[0]].dtype))
+    cmp = _against_target(ckpt, ckpt_head, target, keys[0])
     h_ev["checkpoint_vs_target"] = cmp
-    return bool(cmp["comparable"] and not cmp["rows_differing"])
+    return _equal(cmp)
 
 
 def _file_fingerprint(ckpt, key: str, like: dict) -> dict:
@@ -149,14 +147,12 @@ def check_embed_head(subject: SubjectView) -> Result:
     if embed_origin.startswith("target") and ckpt_embed:
         if values and obs.embed.written_by:
             tkey = obs.embed.written_by[0]
-            a = (ckpt.path / ckpt.tensors[ckpt_embed].file, ckpt_embed)
-            b = (target.path / target.tensors[tkey].file, tkey)
-            cmp = compare_file_tensors(a, b, coarser(ckpt.tensors[ckpt_embed].dtype, target.tensors[tkey].dtype))
+            cmp = _against_target(ckpt, ckpt_embed, target, tkey)
             e_ev["checkpoint_vs_target"] = cmp
-            if (not cmp["comparable"] or cmp["rows_differing"]) and frozen:  # the saved one was never trained
+            if not _equal(cmp) and frozen:  # the saved one was never trained
                 e_ev["checkpoint_embedding_unused"] = (f"{_differs(cmp)}; {frozen}, and {engine_label(obs.engine)} "
                                                        f"serves the target's: as trained")
-            elif not cmp["comparable"] or cmp["rows_differing"]:
+            elif not _equal(cmp):
                 detail = _differs(cmp)
                 via = _via(obs, "embed")
                 problems.append(f"the checkpoint's `{ckpt_embed}` is not the target's embedding ({detail}), but the "
@@ -254,6 +250,18 @@ def check_embed_head(subject: SubjectView) -> Result:
                   evidence)
 
 
+def _against_target(ckpt, key: str, target, target_key: str) -> dict:
+    """The checkpoint's tensor KEY against the target's TARGET_KEY, read from their files in row chunks, compared in
+    the coarser of their dtypes (``fingerprint.compare_file_tensors``)."""
+    a = (ckpt.path / ckpt.tensors[key].file, key)
+    b = (target.path / target.tensors[target_key].file, target_key)
+    return compare_file_tensors(a, b, coarser(ckpt.tensors[key].dtype, target.tensors[target_key].dtype))
+
+
+def _equal(cmp: dict) -> bool:
+    return bool(cmp["comparable"] and not cmp["rows_differing"])
+
+
 def _differs(cmp: dict) -> str:
     if not cmp["comparable"]:
         return f"shape {cmp['shapes'][0]} vs the target's {cmp['shapes'][1]}"
@@ -270,11 +278,9 @@ def _own_embedding_not_trained(obs, ckpt, target, ckpt_embed: str, frozen: str, 
     if tkey is None:
         e_ev["checkpoint_vs_target"] = "skipped: no target weights"
         return
-    a = (ckpt.path / ckpt.tensors[ckpt_embed].file, ckpt_embed)
-    b = (target.path / target.tensors[tkey].file, tkey)
-    cmp = compare_file_tensors(a, b, coarser(ckpt.tensors[ckpt_embed].dtype, target.tensors[tkey].dtype))
+    cmp = _against_target(ckpt, ckpt_embed, target, tkey)
     e_ev["checkpoint_vs_target"] = cmp
-    if cmp["comparable"] and not cmp["rows_differing"]:
+    if _equal(cmp):
         return
     label = engine_label(obs.engine)
     problems.append(f"{label} serves the checkpoint's `{ckpt_embed}`, which is not the target's embedding "

@@ -16,7 +16,7 @@ to capture the trained layers with; where none do, the fix says so.
 from __future__ import annotations
 
 from contracts.checks.evidence import engine_label
-from contracts.config_facts import trained_without_aux
+from contracts.config_facts import served_without_aux, trained_without_aux
 from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
 IDS = "eagle_aux_hidden_state_layer_ids"
@@ -89,9 +89,8 @@ def check_hidden_width(subject: SubjectView) -> Result:
                             f"{trained_hidden})")
             fixes.append(f"list exactly {trained_states} ids in eagle_config.eagle_aux_hidden_state_layer_ids")
 
-    served_without_aux = bool(no_aux) and aux.evidence == "observed" and not aux.draft_forward_error \
-        and aux.hidden_width == aux.tiny_hidden_size
-    if aux.evidence == "observed" and not served_without_aux:
+    served_as_trained = served_without_aux(subject, aux) is not None
+    if aux.evidence == "observed" and not served_as_trained:
         h = aux.tiny_hidden_size
         if no_aux and aux.draft_forward_error and aux.use_aux_hidden_state:
             fixes.append(f"{label}{_on(aux)} captures aux hidden states whatever use_aux_hidden_state says: serve "
@@ -143,7 +142,7 @@ def check_hidden_width(subject: SubjectView) -> Result:
     if aux.evidence == "static":
         return Result("hidden-width", PASS, f"{aux.target_class} implements the aux-capture hook ({aux.hook}); static "
                       f"evidence only: {aux.evidence_reason}", ev)
-    if served_without_aux:
+    if served_as_trained:
         return Result("hidden-width", PASS, f"{aux.target_class} hands over {_states(aux.hidden_width, aux.tiny_hidden_size)}"
                       f"{_on(aux)} (no aux layers captured: the draft was trained without aux hidden states, {no_aux}); "
                       f"no fc applied: served as trained", ev)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from contracts.checks.evidence import collapse_layers, engine_label
-from contracts.config_facts import trained_without_aux
+from contracts.config_facts import served_without_aux, trained_without_aux
 from contracts.registry import FAIL, PASS, WARN, Result, SubjectView, contract
 
 # Tensors the engine skips on purpose. t2d is the target->draft mask; both engines derive the map from d2t
@@ -106,8 +106,7 @@ def _fc_not_applied(subject: SubjectView, unwritten) -> str | None:
     if not trained_without_aux(subject.checkpoint.config, subject.checkpoint.tensors):
         return None
     aux = subject.aux
-    if aux is None or aux.evidence != "observed" or aux.fc_ran is not False or aux.draft_forward_error \
-            or aux.hidden_width != aux.tiny_hidden_size:
+    if served_without_aux(subject, aux) is None:
         return None
     return (f"the draft was trained without aux hidden states (no fc saved) and {engine_label(aux.engine)} hands it "
             f"one state of {aux.hidden_width}: its forward never applied fc (observed with the target wired)")

@@ -275,9 +275,8 @@ def _reads_on_scaled_copy(engine_dir, observation: LoadObservation) -> str | Non
     import shutil
     import tempfile
 
-    import torch
-
     from contracts.engines.scaling import scale_draft
+    from contracts.engines.tracing import init_random
     from contracts.engines.vllm.cpu_forward import CPU_HEAD_DIM
 
     tmp = Path(tempfile.mkdtemp(prefix="eagle3-contracts-vllm-reads-"))
@@ -289,11 +288,7 @@ def _reads_on_scaled_copy(engine_dir, observation: LoadObservation) -> str | Non
             model = build_draft(configs)
         except EngineBuildError as e:
             return f"the scaled-down copy could not be built: {e}"
-        gen = torch.Generator().manual_seed(0)
-        with torch.no_grad():  # finite before the first forward: vLLM's CPU path repacks weights on first use
-            for name, p in model.named_parameters():
-                if p.is_floating_point():
-                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02 + (1.0 if "norm" in name else 0.0))
+        init_random(model)  # finite before the first forward: vLLM's CPU path repacks weights on first use
         why = mark_reads(observation.params, model, lambda: _one_forward(model, configs))
         if why is None:
             observation.reads_observed_on = (f"a scaled-down copy of the draft config (hidden 64, head_dim "
