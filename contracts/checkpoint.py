@@ -47,6 +47,23 @@ def text_config(cfg: dict) -> dict:
     return cfg
 
 
+def trained_window(config: dict) -> dict | None:
+    """The sliding window a draft's config says it was trained with (speculators' ``train`` writes ``layer_types``
+    and ``sliding_window``, speculators#684), flat or under ``transformer_layer_config``; None without one."""
+    layer = config.get("transformer_layer_config")
+    layer = layer if isinstance(layer, dict) else config
+    window = layer.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None
+    types = layer.get("layer_types")
+    sliding = [i for i, t in enumerate(types or []) if t == "sliding_attention"]
+    if types is not None and not sliding:
+        return None
+    if types is None and not layer.get("use_sliding_window"):
+        return None
+    return {"sliding_window": window, "sliding_layers": sliding if types is not None else "all"}
+
+
 def rope_of(cfg: dict) -> tuple[float | None, dict | None]:
     """(theta, scaling) as a config describes them (transformers 5 ``rope_parameters`` or the older keys)."""
     params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None

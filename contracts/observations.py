@@ -183,6 +183,7 @@ class ConfigObservation(Observation):
     probed_on: str | None = None  # the checkpoint's weights, or a scaled-down copy for real-size drafts
     rope: dict | None = None  # {"applied", "trained", "same"}
     switches_not_probed: str | None = None  # why the switches could not be flipped here (no forward runs)
+    window: dict | None = None  # the draft's attention window and whether the engine applies it (window_effect)
     forward_error: str | None = None  # the engine's own forward of this draft raised (even on seeded weights)
 
 

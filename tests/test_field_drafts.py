@@ -15,6 +15,10 @@
   and frozen (``embed_requires_grad: false``), so a saved embedding that differs (an exporter's random one) was never
   trained with. SGLang serves the target's in its place (as trained: ``test_embed_head``); vLLM keeps a distinct one
   on both runners and llama.cpp always uses the draft's own: both serve the untrained one.
+- **Attention windows** (speculators#684): speculators' ``train`` writes ``layer_types: ["sliding_attention"]`` and
+  ``sliding_window: 2048`` (the bundled speculators-train drafts have them). vLLM's ``llama.py`` applies the window on
+  both runners; SGLang's draft takes one only from ``--speculative-draft-window-size`` and llama.cpp's converter writes
+  none: both serve full attention. Observed by shrinking the window below the probe's tokens.
 - **Parameters nobody reads**: a two-layer speculators draft saves no ``hidden_norm`` above layer 0; vLLM builds one in
   every layer and its ``LlamaDecoderLayer.forward`` reads it only in layer 0. Where the draft's own weights cannot run
   here (a head size vLLM's CPU attention does not take, a real-size draft), which parameters the forward reads is
@@ -118,3 +122,31 @@ def test_a_random_embedding_beside_a_frozen_trained_one_fails_where_the_engine_k
     assert "serves the checkpoint's `embed_tokens.weight`, which is not the target's embedding" in result["summary"]
     assert "embed_requires_grad: false" in result["summary"]
     assert "overwrite `embed_tokens.weight` with the target's" in result["fix"]
+
+
+WINDOWED = HD32["speculators-train"]
+
+
+@pytest.mark.parametrize("engine, applied", [("sglang", False), (V2, True), (V1, True), ("llamacpp", False)])
+def test_a_trained_attention_window_is_judged_by_whether_the_engine_applies_it(engine, applied, tmp_path):
+    out = tmp_path / "report.json"
+    main(["check", str(WINDOWED), "--target", str(HD32_TARGET), "--engine", engine, "--format", "json",
+          "--output", str(out), "--only", "config"])
+    config = json.loads(out.read_text())["results"][0]
+    window = config["evidence"]["window"]
+    assert (window["sliding_window"], window["applied"]) == (2048, applied), window
+    served_full = "trained with sliding-window attention (window 2048 on layers [0])" in config["summary"]
+    assert served_full == (not applied), config["summary"]
+    if engine == "sglang":  # its draft class takes a window from a server argument: the fix names it
+        assert "serve with --speculative-draft-window-size 2048" in config["fix"]
+
+
+def test_a_draft_trained_with_full_attention_has_no_window_to_apply(tmp_path):
+    layer = json.loads((WINDOWED / "config.json").read_text())["transformer_layer_config"]
+    full = make_copy(WINDOWED, tmp_path / "full-attention",
+                     config={"transformer_layer_config": {**layer, "layer_types": ["full_attention"]}})
+    out = tmp_path / "report.json"
+    main(["check", str(full), "--target", str(HD32_TARGET), "--format", "json", "--output", str(out),
+          "--only", "config"])
+    config = json.loads(out.read_text())["results"][0]
+    assert config["evidence"]["window"] is None and "sliding-window" not in config["summary"], config

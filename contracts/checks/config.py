@@ -15,6 +15,7 @@ import json
 
 from contracts.checkpoint import rope_of, text_config
 from contracts.checks.evidence import engine_label
+from contracts.checkpoint import trained_window
 from contracts.config_facts import (draft_only_scaling, ignored_switches, rope_scaled, rope_type, switches_from_step_1,
                                     switches_in, trained_config)
 from contracts.refusals import DRAFT_ARCHITECTURE_FIX
@@ -126,6 +127,8 @@ def check_config(subject: SubjectView) -> Result:
                         f"{obs.rope['trained']} ({obs.rope.get('trained_class')}), applied {obs.rope['applied']}")
         fixes.append("carry the trainer's rope_theta and rope_scaling/rope_parameters into the config the engine reads")
 
+    _window(subject, obs, label, ev, problems, fixes)
+
     if len(warnings) > len(own):
         warn_fixes.append("confirm these differences from the target are intended" +
                           (" (serve with --dtype to align dtypes)" if dtypes_differ else ""))
@@ -145,6 +148,29 @@ def check_config(subject: SubjectView) -> Result:
     honoured = [k for k, s in obs.switches.items() if s["honoured"]]
     return Result("config", PASS, f"dispatches to {obs.draft_class}; switches honoured: {honoured or 'none set'}; "
                   f"sizes agree with the target" + _from_step_1(obs), ev)
+
+
+def _window(subject: SubjectView, obs, label: str, ev: dict, problems: list, fixes: list) -> None:
+    """A draft trained with sliding-window attention (speculators' ``train`` default, speculators#684) and served
+    with full attention: the same outputs up to the window's length, then the draft attends to positions training
+    never let it see. Whether the engine applies the window is its own answer (the window shrunk below the probe's
+    tokens changes its outputs or not): vLLM builds ``per_layer_sliding_window``; SGLang takes a window only from a
+    server argument; llama.cpp's converter writes none for an EAGLE-3 draft."""
+    trained = trained_window(subject.checkpoint.config)
+    if trained is None or obs.window is None:
+        return
+    if obs.window.get("applied"):
+        return
+    width = trained["sliding_window"]
+    where = "every layer" if trained["sliding_layers"] == "all" else f"layers {trained['sliding_layers']}"
+    problems.append(f"the draft was trained with sliding-window attention (window {width} on {where}) and {label} "
+                    f"serves it full attention (its draft step with the window shrunk to {obs.window['probe_window']} "
+                    f"tokens gives the same outputs): beyond {width} tokens of context the draft attends to positions "
+                    f"its training never showed it")
+    option = obs.window.get("engine_option")
+    fixes.append(f"serve with {option} {width}" if option else
+                 f"{label} applies no window to this draft: retrain it with full attention (layer_types "
+                 f"full_attention), or serve it with an engine that applies the window")
 
 
 def _acts(effect: dict) -> str:

@@ -19,6 +19,17 @@ def switch_effect(value: bool, base: tuple, flipped: tuple) -> dict:
             "step_0_change": at_step_0, "fed_back_state_change": fed_back}
 
 
+PROBE_WINDOW = 2  # shorter than a probe's tokens: an engine that applies the draft's window changes its output
+
+
+def window_effect(window: dict, base: tuple, shrunk: tuple) -> dict:
+    """Whether the engine applies the draft's attention window: its outputs with the window shrunk to
+    ``PROBE_WINDOW`` against the saved one (longer than the probe's tokens, so the same as full attention)."""
+    at_step_0 = max(float((a - b).abs().max()) for a, b in zip(shrunk[0], base[0]))
+    change = max(at_step_0, float((shrunk[1] - base[1]).abs().max()))
+    return {**window, "applied": change > 0.0, "probe_window": PROBE_WINDOW, "max_abs_change_when_shrunk": change}
+
+
 def rope_comparison(rotary, expected, theta, scaling) -> dict:
     """The rope the engine applies (ROTARY, its draft's rotary embedding) against EXPECTED, the one the engine's own
     ``get_rope`` builds from the trainer's rope settings (THETA, SCALING): their cos/sin caches compared at the

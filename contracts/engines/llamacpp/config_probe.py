@@ -20,7 +20,8 @@ from contracts.engines.llamacpp.graph import DraftGraph, GraphError
 from contracts.engines.llamacpp.loader import DRAFT_CLASS
 from contracts.engines.llamacpp.pair import POSITIONS, converted_with, made_for, probed
 from contracts.engines.llamacpp.version import engine
-from contracts.engines.switch_effect import switch_effect
+from contracts.checkpoint import trained_window
+from contracts.engines.switch_effect import PROBE_WINDOW, switch_effect, window_effect
 from contracts.observations import ConfigObservation
 
 SEED = 1234
@@ -52,27 +53,35 @@ def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
     inputs = _inputs(graph)
     base = _outputs(graph, inputs)
     for key, value in candidate_switches.items():
-        again = converted_with(made, {key: not value}, f"flip-{key}")
-        if not again["converted"]:
-            obs.switches[key] = {"value": value, "honoured": True, "evidence": "flipping it changes the build: "
-                                 f"llama.cpp's converter refused it ({again['refusal'][:160]})"}
-            continue
-        refusal = probed(Path(made.target["gguf"]), Path(again["gguf"]), made.folder)
-        try:
-            if refusal:
-                raise GraphError(refusal)
-            flipped_graph = DraftGraph(Path(made.target["gguf"]), Path(again["gguf"]), POSITIONS,
-                                       made.folder / "llama-flip.log")
-        except GraphError as e:
-            obs.switches[key] = {"value": value, "honoured": True, "evidence": "flipping it changes the build: "
-                                 f"llama.cpp's loader refused it ({str(e)[:160]})"}
-            continue
-        try:
-            obs.switches[key] = switch_effect(value, base, _outputs(flipped_graph, inputs))
-        finally:
-            flipped_graph.close()
+        flipped, refused = _converted_outputs(made, {key: not value}, f"flip-{key}", inputs)
+        obs.switches[key] = switch_effect(value, base, flipped) if refused is None else \
+            {"value": value, "honoured": True, "evidence": f"flipping it changes the build: {refused}"}
+    window = trained_window(trained_config)
+    if window is not None:  # the converter writes no window for an EAGLE-3 draft: observed, not assumed
+        shrunk, refused = _converted_outputs(made, {"sliding_window": PROBE_WINDOW}, "window", inputs)
+        obs.window = window_effect(window, base, shrunk) if refused is None else \
+            {**window, "applied": True, "evidence": f"shrinking it changes the build: {refused}"}
     obs.rope = _rope(made.draft, trained_config, target_config)
     return obs
+
+
+def _converted_outputs(made, changes: dict, tag: str, inputs):
+    """The draft step's outputs after converting again with CHANGES in config.json: (outputs, None), or (None, the
+    converter's or loader's refusal)."""
+    again = converted_with(made, changes, tag)
+    if not again["converted"]:
+        return None, f"llama.cpp's converter refused it ({again['refusal'][:160]})"
+    refusal = probed(Path(made.target["gguf"]), Path(again["gguf"]), made.folder)
+    try:
+        if refusal:
+            raise GraphError(refusal)
+        graph = DraftGraph(Path(made.target["gguf"]), Path(again["gguf"]), POSITIONS, made.folder / "llama-flip.log")
+    except GraphError as e:
+        return None, f"llama.cpp's loader refused it ({str(e)[:160]})"
+    try:
+        return _outputs(graph, inputs), None
+    finally:
+        graph.close()
 
 
 def _inputs(graph):

@@ -21,7 +21,8 @@ from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward
 from contracts.engines.scaling import scale_draft
-from contracts.engines.switch_effect import rope_comparison, switch_effect
+from contracts.checkpoint import trained_window
+from contracts.engines.switch_effect import (PROBE_WINDOW, rope_comparison, switch_effect, window_effect)
 from contracts.engines.errors import EngineBuildError
 from contracts.engines.sglang.loader import build_model, is_eagle3_draft_class, model_config, tracer
 from contracts.engines.errors import raised_by_engine
@@ -157,6 +158,18 @@ def observe_config(engine_dir, trainer_config: dict, candidate_switches: dict[st
     return obs
 
 
+def _window_option(cls) -> str | None:
+    """The server argument through which this release's draft class takes an attention window, if it has one (0.5.23:
+    ``LlamaForCausalLMEagle3.__init__`` reads ``speculative_draft_window_size`` and sets it on every draft layer)."""
+    import inspect
+
+    try:
+        source = inspect.getsource(cls.__init__)
+    except (OSError, TypeError):
+        return None
+    return "--speculative-draft-window-size" if "speculative_draft_window_size" in source else None
+
+
 def _probe_switches(obs, mc, ckpt, candidate_switches: dict[str, bool], trainer_config: dict) -> None:
     import torch
 
@@ -182,5 +195,10 @@ def _probe_switches(obs, mc, ckpt, candidate_switches: dict[str, bool], trainer_
                                  f"{type(e).__name__}: {str(e)[:120]}"}
             continue
         obs.switches[key] = switch_effect(value, base, flipped)
+    window = trained_window(trainer_config)
+    if window is not None:  # SGLang's draft takes a window only from --speculative-draft-window-size
+        obs.window = window_effect(window, base, _outputs(mc, ckpt, {"sliding_window": PROBE_WINDOW}, (ids, hidden)))
     model = build_model(mc)
+    if obs.window is not None and _window_option(type(model)):
+        obs.window["engine_option"] = _window_option(type(model))
     obs.rope = compare_rope(model, trainer_config)

@@ -23,7 +23,8 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint, rope_of
 from contracts.engines.errors import EngineBuildError, raised_by_engine
 from contracts.engines.scaling import scale_draft
-from contracts.engines.switch_effect import rope_comparison, switch_effect
+from contracts.checkpoint import trained_window
+from contracts.engines.switch_effect import (PROBE_WINDOW, rope_comparison, switch_effect, window_effect)
 from contracts.engines.tracing import is_real_size
 from contracts.engines.vllm.cpu_forward import CPU_HEAD_DIM
 from contracts.engines.vllm.context import current, draft_configs, engine_version
@@ -192,5 +193,9 @@ def _probe_switches(obs, configs, ckpt, candidate_switches: dict[str, bool], tra
                                  f"{type(e).__name__}: {str(e)[:120]}"}
             continue
         obs.switches[key] = switch_effect(value, base, flipped)
+    window = trained_window(trainer_config)
+    if window is not None:  # vLLM's llama.py builds per_layer_sliding_window from layer_types and sliding_window
+        obs.window = window_effect(window, base, _outputs(configs, ckpt, {"sliding_window": PROBE_WINDOW},
+                                                          (ids, hidden)))
     with current(configs.vc):  # vLLM's rotary classes are custom ops: they read the current config when built
         obs.rope = compare_rope(build_draft(configs), trainer_config)
