@@ -60,32 +60,35 @@ class ServingLoop:
     runner: str | None = None
 
 
-def serving_loop(engine: str) -> ServingLoop:
-    """The loop ENGINE names (``vllm[==X][:v1]``, ``llamacpp[==X]``), or AcceptUnavailable saying why it cannot
-    run here."""
+def serving_loop(engine: str | None = None) -> ServingLoop:
+    """The loop ENGINE names (``vllm[==X][:v1]``, ``llamacpp[==X]``; None: the first engine whose loop runs on a
+    CPU, ``serving_engine``), from its profile's ``serving_loop``, or AcceptUnavailable saying why it cannot run
+    here."""
+    from contracts.engine_profile import profile, serving_engine
     from contracts.engines import canonical, parse_spec, runner_of
 
-    spec = canonical(engine)
+    spec = canonical(engine or serving_engine())
     name, version = parse_spec(spec)
-    if name == "llamacpp":
-        return ServingLoop("llamacpp", version, "contracts.engines.llamacpp.acceptance",
-                           f"{ENGINE_NAMES['llamacpp']} {version}",
-                           f"llama.cpp's server (xllamacpp {version}): the GGUFs its own converter writes, its EAGLE-3 "
-                           "speculative loop on ggml's CPU backend (the loop a GPU build runs)", spec)
-    if name != "vllm":
-        raise AcceptUnavailable("accept: SGLang's serving loop does not run on a CPU (EAGLEWorkerV2's draft attention "
-                                "needs a GPU or sgl-kernel's CPU build); measure on vLLM (--engine vllm==X) or "
-                                "llama.cpp (--engine llamacpp==X)")
-    if runner_of(spec) == "v2":
-        raise AcceptUnavailable("accept: vLLM's Model Runner V2 (a GPU server's default) runs its batch preparation and "
-                                "speculator kernels in Triton only, which a CPU lacks; accept measures Model Runner V1, "
-                                "the CPU build's runner (--runner v1, the default here)")
-    return ServingLoop("vllm", version, "contracts.engines.vllm.acceptance", f"{ENGINE_NAMES['vllm']} {version}",
-                       "vLLM Model Runner V1 (the CPU build's runner; a GPU server runs Model Runner V2 by default)",
-                       f"vllm=={version}:v1", runner="v1")
+    engine_profile = profile(name)
+    loop = engine_profile.serving_loop
+    if loop is None:
+        others = " or ".join(f"{p.label} (--engine {n}==X)" for n, p in _with_loops().items())
+        raise AcceptUnavailable(f"accept: {engine_profile.no_serving_loop}; measure on {others}")
+    runner = runner_of(spec)
+    if runner is not None and runner != loop.runner:
+        raise AcceptUnavailable(f"accept: {loop.runner_refusals.get(runner, f'{name} serves with {loop.runner}')}")
+    check_spec = f"{name}=={version}:{loop.runner}" if loop.runner else spec
+    return ServingLoop(name, version, loop.job, engine_profile.release_label(version), loop.path.format(version=version),
+                       check_spec, runner=loop.runner)
 
 
-def measure(draft, target, *, engine: str = "vllm", tokens: int = 3, prompts: int = 4, max_tokens: int = 64,
+def _with_loops() -> dict:
+    from contracts.engine_profile import profiles
+
+    return {n: p for n, p in profiles().items() if p.serving_loop is not None}
+
+
+def measure(draft, target, *, engine: str | None = None, tokens: int = 3, prompts: int = 4, max_tokens: int = 64,
             temperature: float = 0.0, expect: bool = True, explain: bool = True) -> dict:
     """The engine's own acceptance counters for DRAFT speculating for TARGET on its CPU serving loop (vLLM's, or
     llama.cpp's), with the engine and path measured and the wall time. Raises contracts.checkpoint.InputError

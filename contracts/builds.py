@@ -47,7 +47,9 @@ def twin_expectations(record: dict, engine: str) -> dict[str, str] | None:
     ``engine``; None when fixtures/expected.json documents nothing for that release (or the twin is unknown)."""
     from contracts.bundled import expected_failures
 
-    known = expected_failures(None if engine == "sglang" else engine)  # the SGLang installed here: the pinned one
+    from contracts.engine_spec import default_engine
+
+    known = expected_failures(None if engine == default_engine() else engine)  # installed here: the pinned one
     twin = record.get("bundled_twin")
     if known is None or not twin:
         return None

@@ -11,17 +11,24 @@ from pathlib import Path
 from contracts.manifest import EXPECTED, FIXTURES, MANIFEST, manifest  # noqa: F401  (re-exported)
 
 
-def bundled_subjects(engine: str = "sglang") -> list:
+def bundled_subjects(engine: str | None = None) -> list:
     """A ``Subject`` for every trainer-built draft in the manifest (with its target and the target ids the
-    trainer's own vocab mapping selected), in a stable order."""
+    trainer's own vocab mapping selected), in a stable order; ENGINE: the default engine's installed release."""
+    from contracts.engine_spec import default_engine
+
+    engine = engine or default_engine()
     entries = manifest()
     return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items())
             if _is_draft(entry) and entry.get("role") != "converged"]
 
 
-def converged_subjects(engine: str = "vllm") -> list:
+def converged_subjects(engine: str | None = None) -> list:
     """A ``Subject`` for every draft trained to convergence on the converged target (fixtures/converged/): what
-    ``accept`` and the acceptance study measure; not among the examples (their verdicts are the study's)."""
+    ``accept`` and the acceptance study measure; not among the examples (their verdicts are the study's). ENGINE:
+    the one accept measures on by default."""
+    from contracts.engine_spec import serving_engine
+
+    engine = engine or serving_engine()
     entries = manifest()
     return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items())
             if _is_draft(entry) and entry.get("role") == "converged"]

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from contracts.checkpoint import InputError
 from contracts.conventions import TRAINERS
+from contracts.engine_profile import default_engine, profiles, serving_engine
 from contracts.input_bounds import one_line
 
 FORMATS = ("text", "json", "junit", "markdown")
@@ -56,10 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--trainer", choices=tuple(TRAINERS),
                    help="the library that trained a flat-config draft (for a draft converted by hand: its aux "
                         "layer ids are then read in that trainer's convention)")
-    c.add_argument("--engine", default="sglang", help="engine under test: sglang (installed here), sglang==VERSION, "
-                   "vllm (its pinned CPU build, own environment), vllm==VERSION, llamacpp (its pinned xllamacpp "
-                   "release, own environment) or llamacpp==VERSION")
-    c.add_argument("--runner", choices=("v1", "v2"),
+    c.add_argument("--engine", default=default_engine(), help="engine under test: " + _engines_help())
+    c.add_argument("--runner", choices=_runners(),
                    help="vLLM: judge this model runner instead of the one a GPU deployment of the release takes by "
                         "default (Model Runner V2 since it became the default)")
     c.add_argument("--only", help="comma-separated contract ids")
@@ -95,9 +94,10 @@ def _parser() -> argparse.ArgumentParser:
                                       "decoding loop (CPU) and report the measured acceptance")
     a.add_argument("draft", help="draft checkpoint directory")
     a.add_argument("--target", required=True, help="target model directory, with its weights")
-    a.add_argument("--engine", default="vllm", help="vllm (its pinned CPU build), vllm==VERSION (a release with a "
-                                                    "CPU build), llamacpp or llamacpp==VERSION (an xllamacpp release)")
-    a.add_argument("--runner", choices=("v1", "v2"), help="vLLM model runner; a CPU serves with V1 only")
+    a.add_argument("--engine", default=serving_engine(), help="an engine whose serving loop runs on a CPU: " + _engines_help(
+        [name for name, p in profiles().items() if p.serving_loop]))
+    a.add_argument("--runner", choices=_runners(), help="the model runner (an engine with several); a CPU serves "
+                                                        "with the one its serving loop names")
     a.add_argument("--tokens", type=int, default=3, help="speculative tokens per round (default 3)")
     a.add_argument("--prompts", type=int, default=4, help="number of fixed prompts (default 4)")
     a.add_argument("--max-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
@@ -111,7 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--output", help="write the report to FILE instead of stdout")
     v = sub.add_parser("convert", help="write the copy of a draft that an engine release serves as trained, and "
                                        "judge that copy with every contract")
-    v.add_argument("--to", choices=("sglang", "vllm"), help="the engine to serve with (default: --engine's)")
+    v.add_argument("--to", choices=tuple(n for n, p in profiles().items() if p.convert_writes),
+                   help="the engine to serve with (default: --engine's)")
     v.add_argument("src", help="draft checkpoint directory (never written)")
     v.add_argument("dst", help="output directory (new or empty)")
     v.add_argument("--target", help="target model directory (config.json; weights optional): the aux layer ids are "
@@ -129,18 +130,35 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _engines_help(names: list[str] | None = None) -> str:
+    """``sglang (installed here), sglang==VERSION, vllm (its pinned release, own environment), ...`` from the
+    engines' profiles."""
+    out = []
+    for name, p in profiles().items():
+        if names is None or name in names:
+            bare = "installed here" if p.in_process else f"its pinned {p.package} release, own environment"
+            out += [f"{name} ({bare})", f"{name}==VERSION"]
+    return ", ".join(out)
+
+
+def _runners() -> tuple[str, ...]:
+    return tuple(sorted({r for p in profiles().values() for r in p.runners}))
+
+
 def _check_engine(spec: str) -> None:
-    """A usable engine spec: the SGLang installed here, or a release on the package index."""
+    """A usable engine spec: the release of an in-process engine installed here, or a release on the package
+    index."""
     from contracts.engines import EngineSpecError, canonical, parse_spec
-    from contracts.engines.inprocess import installed_sglang
+    from contracts.engines.inprocess import installed_release
 
     try:
         name, version = parse_spec(canonical(spec))
         if version is None:
-            if installed_sglang() is None:
-                raise UsageError("SGLang is not installed in this environment: run through `tox -e check`, or "
-                                 "name a release (--engine sglang==X) to use its own cached environment")
-        elif name != "sglang" or version != installed_sglang():
+            if installed_release(name) is None:
+                raise UsageError(f"{profiles()[name].label} is not installed in this environment: run through `tox "
+                                 f"-e check`, or name a release (--engine {name}==X) to use its own cached "
+                                 "environment")
+        elif not profiles()[name].in_process or version != installed_release(name):
             from contracts.engines.environments import check_release
 
             check_release(name, version)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.checkpoint import CONVERSION_RECORD_KEY, Checkpoint, InputError
+from contracts.engine_profile import default_engine, profile, profiles
 from contracts.engine_spec import EngineSpec
 from contracts.hand_conversion import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
 
@@ -58,7 +59,7 @@ def base_config(ckpt: Checkpoint, to: str) -> dict:
     gets the flat form (``contracts.hand_conversion``); vLLM reads both formats as saved. A record of an earlier conversion
     is dropped (the new copy gets its own). NeMo Automodel's training checkpoint names its own draft class, which no
     engine registers: it gets the class its serve helpers write for both engines."""
-    if to == "sglang" and ckpt.trainer_format == "speculators":
+    if profile(to).flat_config_only and ckpt.trainer_format == "speculators":
         cfg = speculators_to_sglang_config(ckpt.config)
     else:
         cfg = json.loads(json.dumps(ckpt.config))
@@ -110,7 +111,7 @@ def bundled_facts(src: Path, target: Path | None) -> dict | None:
     draft's directory, as ``check`` judges it; None for any other directory."""
     from contracts.bundled import bundled_subject_for
 
-    bundled = bundled_subject_for(src, "sglang", target)
+    bundled = bundled_subject_for(src, default_engine(), target)
     if bundled is None:
         return None
     return {k: getattr(bundled, k) for k in ("intended_ids", "trainer_aux_ids", "reference_path")
@@ -250,7 +251,10 @@ def engine_layer_count(cfg: dict, load) -> tuple[dict, list[str]]:
     return {**cfg, **fix}, [note]
 
 
-CONVERT_TO = ("sglang", "vllm")  # the engines convert writes a copy for (llama.cpp's converter writes its own GGUF)
+def convert_to() -> tuple[str, ...]:
+    """The engines convert writes a copy for (an engine with a converter of its own, llama.cpp, serves what that
+    writes)."""
+    return tuple(name for name, p in profiles().items() if p.convert_writes)
 
 
 def convert(src, dst, *, to: str, target=None, engine: str | None = None, trainer: str | None = None,
@@ -263,9 +267,10 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     from contracts.engines import parse_spec
     from contracts.subject import report
 
-    if to not in CONVERT_TO:
-        raise InputError(f"convert writes copies for {' and '.join(CONVERT_TO)}; llama.cpp serves the GGUF its own "
-                         f"converter writes (check --engine llamacpp judges the draft as that converter converts it)")
+    if to not in convert_to():
+        own = profile(to).label if to in profiles() else to
+        raise InputError(f"convert writes copies for {' and '.join(convert_to())}; {own} serves what its own "
+                         f"converter writes (check --engine {to} judges the draft as that converter converts it)")
     src, dst = Path(src).resolve(), Path(dst).resolve()
     ckpt = Checkpoint.open(src)
     target_path = None if target is None else Path(target).resolve()
@@ -291,8 +296,9 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     facts = facts or {}
     cfg = base_config(ckpt, to)
     conversion = Conversion(src=src, dst=dst, engine=engine, form="verbatim" if verbatim else "faithful", config=cfg)
-    if to == "sglang" and ckpt.trainer_format == "speculators":
-        conversion.notes.append("config flattened from speculators' nested format (SGLang cannot dispatch it)")
+    if profile(to).flat_config_only and ckpt.trainer_format == "speculators":
+        conversion.notes.append(f"config flattened from speculators' nested format ({profile(to).label} cannot "
+                                "dispatch it)")
     if ckpt.trainer_format == "automodel":
         conversion.notes.append(f"architectures: {ckpt.config.get('architectures')} -> [{AUTOMODEL_SERVED_CLASS!r}] "
                                 f"(no engine registers Automodel's training class; its serve_sglang and serve_vllm "

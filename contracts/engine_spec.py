@@ -6,20 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-ENGINES = ("sglang", "vllm", "llamacpp")
+from contracts.engine_profile import default_engine, profiles, serving_engine  # noqa: F401  (re-exported)
+
+# Every engine, by name, from its own folder's profile (contracts/engines/<name>/profile.py)
+ENGINES = tuple(profiles())
 # how reports write each engine
-ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "llamacpp": "llama.cpp"}
-# vLLM is never installed beside the suite (its CPU build pins its own torch and transformers): a bare
-# ``vllm`` means this release, in its own environment.
-VLLM_PINNED = "0.32.0"
-# llama.cpp is its xllamacpp wheel, in its own environment like vLLM: a bare ``llamacpp`` means this release (the
-# newest on the index that serves EAGLE-3)
-LLAMACPP_PINNED = "2026.10.11549"
-PINNED = {"vllm": VLLM_PINNED, "llamacpp": LLAMACPP_PINNED}
+ENGINE_NAMES = {name: p.label for name, p in profiles().items()}
+# What a bare name means for an engine never installed beside the suite (its CPU build pins its own torch and
+# transformers): this release, in its own environment.
+PINNED = {name: p.pinned for name, p in profiles().items() if p.pinned}
 # The code paths an engine release can serve a draft on, asked for with a ``:PATH`` suffix (``vllm==0.32.0:v1``,
 # ``--runner v1``); without one, the path a GPU deployment of that release takes by default, found from the
-# release's own code (contracts.engines.vllm.runners, contracts.engines.sglang.workers).
-RUNNERS = {"vllm": ("v1", "v2")}
+# release's own code (each engine's adapter).
+RUNNERS = {name: p.runners for name, p in profiles().items() if p.runners}
 
 
 class EngineSpecError(ValueError):
@@ -29,7 +28,7 @@ class EngineSpecError(ValueError):
 @dataclass(frozen=True)
 class EngineSpec:
     name: str
-    version: str | None = None  # None: the release installed here (SGLang) or pinned (vLLM)
+    version: str | None = None  # None: the release installed here (the in-process engine) or its pinned one
     runner: str | None = None  # None: the path a GPU deployment of the release takes by default
 
     @classmethod
@@ -40,16 +39,16 @@ class EngineSpec:
         runner = (runner.strip().lower() or None) if sep else None
         name, sep, version = base.partition("==")
         if name not in ENGINES:
-            raise EngineSpecError(f"unsupported engine {name!r} (supported: sglang, sglang==VERSION, vllm, "
-                                  f"vllm==VERSION, llamacpp, llamacpp==VERSION)")
+            raise EngineSpecError(f"unsupported engine {name!r} (supported: "
+                                  + ", ".join(f"{e}, {e}==VERSION" for e in ENGINES) + ")")
         if sep and not version:
             raise EngineSpecError(f"{spec!r}: give a version after '=='")
         if runner is not None and runner not in RUNNERS.get(name, ()):
             allowed = RUNNERS.get(name)
+            with_runners = ", ".join(ENGINE_NAMES[e] for e in RUNNERS)
             raise EngineSpecError(f"{spec!r}: {name} has no runner {runner!r}" +
                                   (f" (its runners: {', '.join(allowed)})" if allowed else
-                                   " (--runner applies to vLLM; SGLang is judged on the worker its release uses, "
-                                   "llama.cpp on its one speculative loop)"))
+                                   f" (--runner applies to {with_runners}; {profiles()[name].single_path})"))
         return cls(name, version or None, runner)
 
     def __str__(self) -> str:

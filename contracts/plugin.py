@@ -55,21 +55,25 @@ def pytest_addoption(parser):
 
 
 def engines(config) -> list[str]:
-    """The engine specs of this run (``--engine``, default the SGLang installed here; ``--runner`` applied to the
-    vLLM ones that name no runner)."""
+    """The engine specs of this run (``--engine``, default the engine installed here; ``--runner`` applied to the
+    ones that name no runner and whose engine has it)."""
+    from contracts.engine_spec import RUNNERS, default_engine
     from contracts.engines import parse_spec, runner_of, with_runner
 
-    specs = config.getoption("contracts_engine") or ["sglang"]
+    specs = config.getoption("contracts_engine") or [default_engine()]
     runner = config.getoption("contracts_runner", None)
     if not runner:
         return specs
-    return [with_runner(s, runner) if parse_spec(s)[0] == "vllm" and runner_of(s) is None else s for s in specs]
+    return [with_runner(s, runner) if runner in RUNNERS.get(parse_spec(s)[0], ()) and runner_of(s) is None else s
+            for s in specs]
 
 
 def _named(name: str, engine: str) -> str:
     from contracts.engines import canonical
 
-    return name if engine == "sglang" else f"{name}@{canonical(engine)}"
+    from contracts.engine_spec import default_engine
+
+    return name if engine == default_engine() else f"{name}@{canonical(engine)}"
 
 
 def pytest_configure(config):
@@ -136,7 +140,9 @@ _REPRODUCE: dict[str, list[str]] = {}
 def _engine_args(engine: str) -> list[str]:
     from contracts.engines import canonical
 
-    return [] if engine == "sglang" else ["--engine", canonical(engine)]
+    from contracts.engine_spec import default_engine
+
+    return [] if engine == default_engine() else ["--engine", canonical(engine)]
 
 
 def reproduce(subject_name: str, engine: str, contract_id: str) -> str:
@@ -357,15 +363,16 @@ class AcceptItem(BuildItem):
 
 
 def _accept_engine(config) -> str:
-    """The vLLM release ``accept[...]`` measures on: the run's first vLLM engine, else the pinned one, on Model
-    Runner V1 (the only runner vLLM's CPU build serves with)."""
-    from contracts.engines import VLLM_PINNED, canonical, parse_spec
+    """The release ``accept[...]`` measures on: the run's first release of the engine accept measures by default
+    (``serving_engine``: vLLM), else its pinned one, on the runner its serving loop runs on a CPU (vLLM: V1)."""
+    from contracts.accept import serving_loop
+    from contracts.engine_spec import serving_engine
+    from contracts.engines import parse_spec
 
     for spec in engines(config):
-        name, version = parse_spec(canonical(spec))
-        if name == "vllm":
-            return f"vllm=={version}:v1"
-    return f"vllm=={VLLM_PINNED}:v1"
+        if parse_spec(spec)[0] == serving_engine():
+            return serving_loop(spec).check_spec
+    return serving_loop(serving_engine()).check_spec
 
 
 class ContractsCollector(pytest.Collector):

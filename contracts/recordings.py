@@ -53,10 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from contracts.bundled import bundled_subjects
+    from contracts.engine_spec import default_engine
     from contracts.engines import release
 
     parser = argparse.ArgumentParser(prog="python -m contracts.recordings")
-    parser.add_argument("--engine", default="sglang")
+    parser.add_argument("--engine", default=default_engine())
     args = parser.parse_args(argv)
     import torch
 

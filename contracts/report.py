@@ -6,7 +6,7 @@ import json
 import shlex
 import xml.etree.ElementTree as ET
 
-from contracts.engine_spec import EngineSpec
+from contracts.engine_spec import EngineSpec, default_engine
 from contracts.input_bounds import escape
 from contracts.registry import FAIL, PASS, SKIP, WARN
 
@@ -92,8 +92,8 @@ def _reproduce(rep: dict, contract: str) -> str:
     cmd = [command_prefix(), "check", rep["checkpoint"]]
     if rep.get("target"):
         cmd += ["--target", rep["target"]]
-    spec = EngineSpec.parse(rep.get("engine_spec") or "sglang")
-    if str(spec) != "sglang":
+    spec = EngineSpec.parse(rep.get("engine_spec") or default_engine())
+    if str(spec) != default_engine():
         cmd += ["--engine", str(spec.with_runner(None))] + (["--runner", spec.runner] if spec.runner else [])
     return " ".join([cmd[0], *(shlex.quote(c) for c in cmd[1:] + ["--only", contract])])
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError, text_config
+from contracts.engine_spec import default_engine
 from contracts.refusals import EngineRefused, NotADraft, TargetRefused
 from contracts.checks import mark_causes, select
 from contracts.registry import FAIL, SKIP, Result
@@ -30,9 +31,9 @@ class Subject:
     trainer: str | None = None  # the library that trained it, when known (else inferred from the format)
     trainer_aux_ids: list[int] | None = None  # the aux layer ids it trained on, in the trainer's convention
     reference_path: Path | None = None  # the trainer's own reference forward (inputs + step-0 logits), if any
-    # the engine under test: "sglang" (installed here), "sglang==X", "vllm" or "vllm==X", judged on the path a GPU
-    # deployment of that release takes by default; "vllm==X:v1" / ":v2" asks for a model runner
-    engine: str = "sglang"
+    # the engine under test ("<name>": installed here or pinned; "<name>==X"), judged on the path a GPU deployment of
+    # that release takes by default; "vllm==X:v1" / ":v2" asks for a model runner (default: the engine installed here)
+    engine: str = field(default_factory=default_engine)
     # the transformers hidden_states indices the trainer trained on, when its build recorded them (build-tiny: read
     # off the installed release's own capture, which for some releases differs from the trainer's convention)
     trainer_hidden_states: list[int] | None = None
@@ -74,7 +75,7 @@ class Subject:
         from contracts.hand_conversion import convert_to_sglang
 
         self._tmp = tempfile.mkdtemp(prefix="eagle3-contracts-")
-        return convert_to_sglang(self.checkpoint_path, Path(self._tmp) / "sglang")
+        return convert_to_sglang(self.checkpoint_path, Path(self._tmp) / self.engine_name)
 
     @cached_property
     def adapter(self):
@@ -131,9 +132,13 @@ class Subject:
 
     @property
     def converted(self) -> bool:
-        """The engine reads a converted copy (a speculators checkpoint on SGLang, which cannot dispatch the saved
-        format), not the directory as saved (vLLM reads speculators' format natively)."""
-        return self.served_as is None and self.trainer_format == "speculators" and self.engine_name == "sglang"
+        """The engine reads a converted copy (a speculators checkpoint on an engine that cannot dispatch the saved
+        format: its profile's ``flat_config_only``, SGLang), not the directory as saved (vLLM reads speculators'
+        format natively)."""
+        from contracts.engine_profile import profile
+
+        return self.served_as is None and self.trainer_format == "speculators" and \
+            profile(self.engine_name).flat_config_only
 
     def judged_as(self) -> dict | None:
         """Which form of the checkpoint the verdicts are about: a ``convert`` output, the hand (verbatim) conversion
@@ -157,12 +162,12 @@ class Subject:
 
         src = str(self.checkpoint_path).rstrip("/")
         if verbatim:
-            return (f"{command_prefix()} convert --to sglang --verbatim {shlex.quote(src)} "
-                    f"{shlex.quote(src + '-sglang')}")
+            return (f"{command_prefix()} convert --to {self.engine_name} --verbatim {shlex.quote(src)} "
+                    f"{shlex.quote(src + '-' + self.engine_name)}")
         target = shlex.quote(str(self.target_path)) if self.target_path else "TARGET"
         engine = f" --engine {self.engine}" if "==" in self.engine else ""
-        return (f"{command_prefix()} convert --to sglang {shlex.quote(src)} {shlex.quote(src + '-sglang')} "
-                f"--target {target}{engine}")
+        return (f"{command_prefix()} convert --to {self.engine_name} {shlex.quote(src)} "
+                f"{shlex.quote(src + '-' + self.engine_name)} --target {target}{engine}")
 
     @cached_property
     def saved_config_obs(self):

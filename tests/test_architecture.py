@@ -90,7 +90,7 @@ FLOORS = [
     {"core": ("contracts", "contracts.checkpoint", "contracts.input_bounds", "contracts.observations",
               "contracts.observations_wiring", "contracts.registry", "contracts.report", "contracts.refusals",
               "contracts.renames", "contracts.conventions", "contracts.fingerprint", "contracts.manifest",
-              "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec",
+              "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec", "contracts.engine_profile",
               "contracts.trainer_forms")},
     {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
     # a subject asks its trainer's environment for a reference forward as it asks an engine for observations: the
@@ -171,14 +171,15 @@ def engine_packages() -> list[str]:
 def test_every_engine_adapter_answers_the_same_observations_with_the_same_signatures():
     """One skeleton: ``contracts.engines.inprocess.InProcess`` drives any ``contracts.engines.<name>.adapter`` module
     that defines the eight observations of ``contracts.engines.Engine``; adding an engine is adding that folder."""
+    from contracts.engine_profile import profile
     from contracts.engines import ENGINES, Engine
     from contracts.engines.inprocess import OBSERVATIONS
 
     assert engine_packages() == sorted(ENGINES)
     protocol = {name: inspect.signature(getattr(Engine, name)) for name in OBSERVATIONS}
     for engine in engine_packages():
-        adapter = importlib.import_module(f"contracts.engines.{engine}.adapter")  # imports no engine (lazy inside)
-        assert adapter.DISTRIBUTIONS
+        assert profile(engine).adapter == f"contracts.engines.{engine}.adapter" and profile(engine).distributions
+        adapter = importlib.import_module(profile(engine).adapter)  # imports no engine (lazy inside)
         for name, wanted in protocol.items():
             got = inspect.signature(getattr(adapter, name))
             wanted_params = [p for p in wanted.parameters if p != "self"]
@@ -207,3 +208,66 @@ def test_a_module_on_no_floor_is_refused():
 
     with pytest.raises(AssertionError, match="on no floor"):
         floor_of("contracts.somewhere_new")
+
+
+# An engine is a folder that describes itself (contracts/engines/<name>/profile.py); the rest of contracts/ loops over
+# the profiles and never names an engine. What may name one outside its folder, and why:
+NAMED_ON_PURPOSE = {
+    # the flat config format SGLang's loader reads, a checkpoint format (which trainer wrote it), not an engine
+    ("contracts/checkpoint.py", "sglang"),
+    # the trainer grid's releases: the pinned SGLang and vLLM (both runners), and SGLang 0.5.9, the last release that
+    # names the draft's layer `midlayer.*` (a choice of releases, kept as data)
+    ("contracts/tables/trainer_compatibility.py", "sglang==0.5.23"),
+    ("contracts/tables/trainer_compatibility.py", "vllm==0.32.0"),
+    ("contracts/tables/trainer_compatibility.py", "vllm==0.32.0:v1"),
+    ("contracts/tables/trainer_compatibility.py", "sglang==0.5.9"),
+}
+
+
+def engine_names_outside_their_folders(root: Path, names: set[str]) -> list[str]:
+    """``path:line value`` for every string constant in ROOT/contracts that is an engine's name (or a release of one,
+    ``vllm==0.32.0``) outside that engine's folder and the trainers' (whose exporters name the engine they write
+    for): a branch, a table key or a default that names an engine is what a new engine's author must find and
+    change, and one left unchanged is a silent gap (the nightly's drift report once compared two engines of three)."""
+    out = []
+    for p in sorted((root / "contracts").rglob("*.py")):
+        rel = p.relative_to(root)
+        if rel.parts[1] == "trainers" or (rel.parts[1] == "engines" and len(rel.parts) > 3 and rel.parts[2] in names):
+            continue
+        found = [node for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Constant)
+                 and isinstance(node.value, str) and re.sub(r"==.*", "", node.value) in names
+                 and (rel.as_posix(), node.value) not in NAMED_ON_PURPOSE]
+        out += [f"{rel.as_posix()}:{node.lineno} {node.value!r}" for node in sorted(found, key=lambda n: n.lineno)]
+    return out
+
+
+def test_no_engine_is_named_outside_its_folder():
+    from contracts.engine_spec import ENGINES
+
+    assert engine_names_outside_their_folders(REPO, set(ENGINES)) == []
+
+
+def test_an_engine_named_outside_its_folder_is_found(tmp_path):
+    (tmp_path / "contracts" / "engines" / "vllm").mkdir(parents=True)
+    (tmp_path / "contracts" / "engines" / "vllm" / "runners.py").write_text('DEFAULT = "vllm"\n')  # its own folder
+    (tmp_path / "contracts" / "plugin.py").write_text('def f(name):\n    return name == "vllm"\n')
+    (tmp_path / "contracts" / "tables").mkdir()
+    (tmp_path / "contracts" / "tables" / "x.py").write_text('FIRST = {"sglang": "0.4.4"}\nSPEC = "vllm==0.32.0:v1"\n')
+    assert engine_names_outside_their_folders(tmp_path, {"sglang", "vllm"}) == [
+        "contracts/plugin.py:2 'vllm'", "contracts/tables/x.py:1 'sglang'", "contracts/tables/x.py:2 'vllm==0.32.0:v1'"]
+
+
+def test_every_engine_folder_describes_itself():
+    """A folder with an adapter has a profile naming that folder, its adapter and its distributions; the registry is
+    what every front end lists (a folder without a profile would be an engine nothing can reach)."""
+    from contracts.engine_profile import EngineProfile, profiles
+
+    folders = {p.parent.name for p in (REPO / "contracts" / "engines").glob("*/adapter.py")}
+    assert {p.parent.name for p in (REPO / "contracts" / "engines").glob("*/profile.py")} == folders
+    for name in folders:
+        p = profiles()[name]
+        assert isinstance(p, EngineProfile) and p.name == name and p.label and p.package and p.first_release
+        assert p.adapter == f"contracts.engines.{name}.adapter" and p.distributions
+        assert set(p.table_paths) <= set(p.runners)
+        assert (p.serving_loop is None) == bool(p.no_serving_loop)
+    assert sum(p.in_process for p in profiles().values()) == 1

@@ -55,8 +55,8 @@ def test_the_table_says_who_serves_what_and_where_breaks_began_and_ended():
 
 
 def test_a_post_release_shares_its_base_row_only_with_identical_eagle3_code():
-    assert compatibility.eagle3_fingerprint("0.5.9") == compatibility.eagle3_fingerprint("0.5.9")
-    assert compatibility.eagle3_fingerprint("0.5.9") != compatibility.eagle3_fingerprint("0.5.12")
+    assert compatibility.eagle3_fingerprint("sglang", "0.5.9") == compatibility.eagle3_fingerprint("sglang", "0.5.9")
+    assert compatibility.eagle3_fingerprint("sglang", "0.5.9") != compatibility.eagle3_fingerprint("sglang", "0.5.12")
 
 
 def _trainers():

@@ -29,10 +29,10 @@ def test_the_committed_snapshot_is_the_pinned_releases_surface(snapshot):
 def test_the_committed_vllm_snapshot_is_the_pinned_vllms_surface():
     """vLLM's surface is tracked as SGLang's is: the pinned release's, observed by running it, is the snapshot the
     nightly compares each new vLLM release with."""
-    from contracts.engine_spec import VLLM_PINNED
+    from contracts.engine_spec import PINNED
     from contracts.engines import engine_for
 
-    snapshot = json.loads(nightly.snapshot_path(VLLM_PINNED, "vllm").read_text())
+    snapshot = json.loads(nightly.snapshot_path(PINNED["vllm"], "vllm").read_text())
     surface = json.loads(json.dumps(engine_for("vllm").surface()))
     assert drift(snapshot, surface) == []
     assert snapshot["renames"]["d2t"] == ["draft_id_to_target_id"]

@@ -13,13 +13,13 @@ import math
 import pytest
 
 from contracts.bundled import bundled_subjects
-from contracts.engines.inprocess import installed_sglang
+from contracts.engines.inprocess import installed_release
 from contracts.recordings import load_recordings, record_subject
 
 RELEASE = "sglang==0.5.23"
 
 
-@pytest.mark.skipif(installed_sglang() != RELEASE.partition("==")[2], reason=f"the recordings are of {RELEASE}")
+@pytest.mark.skipif(installed_release("sglang") != RELEASE.partition("==")[2], reason=f"the recordings are of {RELEASE}")
 @pytest.mark.parametrize("subject", bundled_subjects("sglang"), ids=lambda s: s.name)
 def test_the_recording_is_what_the_engine_answers_now(subject):
     committed = load_recordings(RELEASE)[subject.name]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from contracts.engine_spec import ENGINES, RUNNERS, VLLM_PINNED, EngineSpec, EngineSpecError  # noqa: F401  (re-exported)
+from contracts.engine_spec import ENGINES, RUNNERS, EngineSpec, EngineSpecError  # noqa: F401  (re-exported)
 
 
 class Engine(Protocol):
@@ -21,7 +21,7 @@ class Engine(Protocol):
     judged (vLLM's "v1" / "v2"; None: the one a GPU deployment of this release takes by default), as ``path``
     resolved it; SGLang's adapter always judges its release's default worker."""
 
-    spec: str  # the release: "sglang" (the one installed here), "sglang==X", "vllm" (its pinned release) or "vllm==X"
+    spec: str  # the release: "<name>" (the one installed here, or the pinned one) or "<name>==X"
 
     def info(self) -> dict: ...
 
@@ -41,8 +41,8 @@ class Engine(Protocol):
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
-    """``"sglang"`` -> ("sglang", None); ``"sglang==0.5.9"`` -> ("sglang", "0.5.9"); ``"vllm==0.32.0:v1"`` ->
-    ("vllm", "0.32.0") (the runner: ``runner_of``)."""
+    """``"NAME"`` -> (NAME, None); ``"NAME==0.5.9"`` -> (NAME, "0.5.9"); ``"NAME==0.32.0:v1"`` -> (NAME, "0.32.0")
+    (the runner: ``runner_of``)."""
     parsed = EngineSpec.parse(spec)
     return parsed.name, parsed.version
 
@@ -72,18 +72,20 @@ _engines: dict[str, Engine] = {}
 _unmade: dict[str, Exception] = {}  # releases whose environment could not be made, this process (not retried)
 
 
-def engine_for(spec: str = "sglang") -> Engine:
-    """The engine for ``spec``, one per process: in-process when it is the SGLang installed here (or no version
-    is asked), else a worker in that release's cached environment (built on first use)."""
-    from contracts.engines.inprocess import InProcess, installed_sglang
+def engine_for(spec: str | None = None) -> Engine:
+    """The engine for ``spec`` (None: the default engine), one per process: in-process when it is the release of an
+    in-process engine installed here (or no version is asked), else a worker in that release's cached environment
+    (built on first use)."""
+    from contracts.engine_profile import default_engine, profile
+    from contracts.engines.inprocess import InProcess, installed_release
 
-    key = release(spec)
+    key = release(spec or default_engine())
     name, version = parse_spec(key)
     if key in _unmade:
         raise _unmade[key]
     if key not in _engines:
-        if name == "sglang" and (version is None or version == installed_sglang()):
-            _engines[key] = InProcess("sglang", key)
+        if profile(name).in_process and (version is None or version == installed_release(name)):
+            _engines[key] = InProcess(name, key)
         else:
             from contracts.engines.environments import EnvironmentBuildError, environment_for
             from contracts.engines.remote import WorkerEngine

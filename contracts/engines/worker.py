@@ -8,7 +8,7 @@ suite's replay cannot run on this release: not judged) or ``internal``.
 The first line the worker writes is ``{"ready": {"name", "version"}}``. Anything the engine prints goes to
 stderr: the protocol has stdout to itself.
 
-    python -m contracts.engines.worker [sglang|vllm]    (started by contracts.engines.remote.WorkerEngine)
+    python -m contracts.engines.worker [ENGINE]    (started by contracts.engines.remote.WorkerEngine)
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr, never in the protocol
     from contracts.engines.inprocess import InProcess
 
-    engine = InProcess(argv[0] if argv else "sglang")
+    engine = InProcess(argv[0] if argv else None)
     try:
         info = engine.info()
     except Exception as e:  # noqa: BLE001  (reported to the parent, which fails in one line)

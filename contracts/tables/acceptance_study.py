@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from contracts.engine_spec import serving_engine
+
 # A mean acceptance length this far below the pristine draft's counts as a drop (greedy decoding of fixed prompts is
 # deterministic; what varies between releases and runners is float rounding, which moves it by far less).
 DROP = 0.3
@@ -175,11 +177,18 @@ def _measured(copy: Path, target: Path, engine: str, expect: bool) -> dict:
     return out
 
 
-def study(engine: str = "vllm==0.32.0", breaks: list[Break] = BREAKS, drafts: list[str] | None = None,
+def study(engine: str | None = None, breaks: list[Break] = BREAKS, drafts: list[str] | None = None,
           beside: str | None = None) -> dict:
     """Every converged draft x break: verdicts (default path, the accept runner) and measured acceptance; with
-    BESIDE (``llamacpp[==X]``), each variant measured on that engine's loop too."""
+    BESIDE (``llamacpp[==X]``), each variant measured on that engine's loop too. ENGINE: a release of an engine
+    whose serving loop runs on a CPU (default: accept's engine, its pinned release)."""
     from dataclasses import replace
+
+    from contracts.accept import serving_loop
+    from contracts.engines import canonical
+
+    engine = canonical(engine or serving_engine())
+    accept_spec = serving_loop(engine).check_spec  # the runner its loop runs on a CPU (vLLM: V1)
 
     from contracts.bundled import converged_subjects
 
@@ -194,10 +203,10 @@ def study(engine: str = "vllm==0.32.0", breaks: list[Break] = BREAKS, drafts: li
                 if not brk.make(copy):
                     continue
                 row = {"draft": base.name, "break": brk.name, "contract": brk.contract, "what": brk.what}
-                for key, spec in (("verdict", engine), ("verdict_v1", f"{engine}:v1")):
+                for key, spec in (("verdict", engine), ("verdict_v1", accept_spec)):
                     row[key] = _verdict(replace(base, checkpoint_path=copy, engine=spec))
                 # the trainer's intent: its pristine draft
-                row["acceptance"] = _measured(copy, base.target_path, f"{engine}:v1", brk.name == "pristine")
+                row["acceptance"] = _measured(copy, base.target_path, accept_spec, brk.name == "pristine")
                 if "trainer_expectation" in row["acceptance"]:
                     row["trainer_expectation"] = row["acceptance"].pop("trainer_expectation")
                 if beside:
@@ -370,7 +379,8 @@ def write_doc(doc: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contracts.tables.acceptance_study")
-    parser.add_argument("--engine", default="vllm==0.32.0")
+    parser.add_argument("--engine", help="a release of an engine whose serving loop runs on a CPU (default: accept's "
+                                          "engine, its pinned release)")
     parser.add_argument("--draft", action="append", help="only this converged draft (repeatable)")
     parser.add_argument("--beside", help="measure every variant on this engine's loop too (llamacpp or llamacpp==X)")
     parser.add_argument("--output", type=Path, help="a markdown file whose study markers receive the table")

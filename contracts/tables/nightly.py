@@ -36,36 +36,53 @@ from pathlib import Path
 
 from contracts.tables import compatibility, trainer_compatibility
 from contracts.bundled import FIXTURES, documented_engines, expected_failures
-from contracts.engine_spec import ENGINE_NAMES, VLLM_PINNED, EngineSpec
+from contracts.engine_profile import default_engine, profiles, serving_engine
+from contracts.engine_spec import ENGINE_NAMES, EngineSpec
 
 SURFACES = FIXTURES / "surface"
 
 
-def snapshot_path(version: str, engine: str = "sglang") -> Path:
-    return SURFACES / f"{engine}-{version}.json"
+def snapshot_path(version: str, engine: str | None = None) -> Path:
+    return SURFACES / f"{engine or default_engine()}-{version}.json"
 
 
 def pinned_spec() -> str:
     return documented_engines()[0]
 
 
-def newest_sglang() -> str | None:
-    """The newest SGLang release on the package index (offline: the one installed here)."""
-    from contracts.engines.inprocess import installed_sglang
+def newest_default() -> str | None:
+    """The newest release on the package index of the engine judged in this process (offline: the one installed
+    here)."""
+    from contracts.engines.inprocess import installed_release
     from contracts.engines.recipes import ReleaseNotFound
 
     try:
-        return compatibility.releases("sglang")[-1]
+        return compatibility.releases(default_engine())[-1]
     except ReleaseNotFound:
-        return installed_sglang()
+        return installed_release(default_engine())
 
 
 def new_releases(doc: dict, newest: str | None) -> list[str]:
     """Every release since EAGLE-3 on the package index that the table does not hold (the newest first)."""
     specs = compatibility.every_release()
-    if newest and f"sglang=={newest}" not in specs:
-        specs.append(f"sglang=={newest}")
+    if newest and f"{default_engine()}=={newest}" not in specs:
+        specs.append(f"{default_engine()}=={newest}")
     return [s for s in specs if s not in doc["releases"]]
+
+
+def drift_pairs(pinned_version: str, newest: str, judged: list[str]) -> list[tuple[str, str, str | None]]:
+    """(engine, its pinned release, the release to compare with it: None when none was judged tonight) for every
+    engine: the engine judged in this process against its newest on the index; each other engine's newest release
+    judged tonight (its environment is made already) against its pinned one."""
+    pairs = []
+    for name, p in profiles().items():
+        if p.in_process:
+            pairs.append((name, pinned_version, newest))
+            continue
+        tonight = sorted({EngineSpec.parse(s).version for s in judged if EngineSpec.parse(s).name == name},
+                         key=compatibility.release_order)
+        pairs.append((name, p.pinned, tonight[-1] if tonight else None))
+    return pairs
 
 
 def _previous(doc: dict, spec: str) -> str | None:
@@ -120,16 +137,19 @@ def main(argv=None) -> int:
     p.add_argument("--no-acceptance", action="store_true",
                    help="skip the acceptance study on the vLLM releases judged tonight")
     p.add_argument("--write-snapshot", action="store_true",
-                   help="write the newest SGLang release's and the pinned vLLM's surfaces to fixtures/surface/ and stop")
+                   help="write the surfaces of the newest release of the engine judged in this process and of every "
+                        "other engine's pinned release to fixtures/surface/ and stop")
     args = p.parse_args(argv)
-    newest = newest_sglang()
+    newest = newest_default()
     if newest is None:
-        print("nightly: the package index lists no SGLang release and none is installed here", file=sys.stderr)
+        print(f"nightly: the package index lists no {ENGINE_NAMES[default_engine()]} release and none is installed "
+              "here", file=sys.stderr)
         return 2
     try:
         if args.write_snapshot:
             SURFACES.mkdir(parents=True, exist_ok=True)
-            for engine, release in (("sglang", newest), ("vllm", VLLM_PINNED)):
+            for engine, p in profiles().items():
+                release = newest if p.in_process else p.pinned
                 surface = engine_for(f"{engine}=={release}").surface()
                 snapshot_path(release, engine).write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
                 print(f"wrote {snapshot_path(release, engine)}", file=sys.stderr)
@@ -162,14 +182,16 @@ def main(argv=None) -> int:
         (out / "newly_failing.json").write_text(json.dumps(failing, indent=1) + "\n")
 
         pinned_version = EngineSpec.parse(pinned_spec()).version
-        # each engine's newest release against its pinned one's snapshot: SGLang's newest on the index; vLLM's
-        # newest judged tonight (its environment is made already; none judged, no vLLM drift to report tonight)
-        vllm_tonight = sorted({EngineSpec.parse(s).version for s in judged if EngineSpec.parse(s).name == "vllm"},
-                              key=compatibility.release_order)
-        compared = [("sglang", pinned_version, newest)] + \
-            ([("vllm", VLLM_PINNED, vllm_tonight[-1])] if vllm_tonight else [])
         reports, rows, sections = {}, [], []
-        for engine, pinned_release, newest_release in compared:
+        for engine, pinned_release, newest_release in drift_pairs(pinned_version, newest, judged):
+            if newest_release is None:
+                sections.append(f"## {ENGINE_NAMES[engine]}\n\nNo {ENGINE_NAMES[engine]} release was judged tonight: "
+                                "no drift to report.\n")
+                continue
+            if not snapshot_path(pinned_release, engine).is_file():
+                sections.append(f"## {ENGINE_NAMES[engine]}\n\nNo snapshot of {ENGINE_NAMES[engine]} {pinned_release}"
+                                f"'s surface in {SURFACES.name}/ to compare with (`--write-snapshot` writes it).\n")
+                continue
             snapshot = json.loads(snapshot_path(pinned_release, engine).read_text())
             surface = engine_for(f"{engine}=={newest_release}").surface()  # its own environment unless pinned here
             found = drift(snapshot, surface)
@@ -177,11 +199,9 @@ def main(argv=None) -> int:
             reports[engine] = {"pinned": snapshot["engine"], "newest": surface["engine"], "drift": found}
             sections.append(f"## {ENGINE_NAMES[engine]} {newest_release} vs {pinned_release}\n\n"
                             + drift_markdown(snapshot, surface, found))
-        if not vllm_tonight:
-            sections.append("## vLLM\n\nNo vLLM release was judged tonight: no drift to report.\n")
-        (out / "drift.json").write_text(json.dumps({"pinned": reports["sglang"]["pinned"],
-                                                    "newest": reports["sglang"]["newest"], "drift": rows,
-                                                    "engines": reports}, indent=2) + "\n")
+        default = reports.get(default_engine(), {})
+        (out / "drift.json").write_text(json.dumps({"pinned": default.get("pinned"), "newest": default.get("newest"),
+                                                    "drift": rows, "engines": reports}, indent=2) + "\n")
         (out / "drift.md").write_text("# Contract-surface drift\n\n" + "\n".join(sections))
         disagreements = [] if args.no_acceptance else acceptance_report(out, judged)
     finally:
@@ -205,7 +225,8 @@ def acceptance_report(out: Path, specs: list[str], **selection) -> list[str]:
     from contracts.tables import acceptance_study
     from contracts.engines import canonical, parse_spec
 
-    releases = dict.fromkeys(f"vllm=={parse_spec(canonical(s))[1]}" for s in specs if parse_spec(s)[0] == "vllm")
+    engine = serving_engine()
+    releases = dict.fromkeys(f"{engine}=={parse_spec(canonical(s))[1]}" for s in specs if parse_spec(s)[0] == engine)
     found = []
     for release in releases:
         doc = acceptance_study.study(release, **selection)

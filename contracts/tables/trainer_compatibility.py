@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from contracts.builds import RECORD, read_record
-from contracts.engine_spec import EngineSpec
+from contracts.engine_spec import EngineSpec, default_engine
 from contracts.engines.environments import envs_root, release_order
 
 # The engine releases each trainer build is judged on: the pinned SGLang, the pinned vLLM (on Model Runner V2, a GPU
@@ -146,7 +146,7 @@ def render(doc: dict) -> list[str]:
         return []
     keys = sorted(table, key=_order)
     engines = list(dict.fromkeys(e for k in keys for e in table[k].get("engines", {})))
-    engines.sort(key=lambda s: (EngineSpec.parse(s).name != "sglang",
+    engines.sort(key=lambda s: (EngineSpec.parse(s).name != default_engine(),
                                 [-x for x in release_order(EngineSpec.parse(s).version)]))
     built = [k for k in keys if not table[k].get("error")]
     out = ["", "## Trainer releases × engine releases", "",

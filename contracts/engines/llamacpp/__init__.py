@@ -2,5 +2,3 @@
 into the GGUF llama.cpp serves, and what that GGUF holds (``converter``); acceptance on its own server's speculative
 loop (``acceptance``, for ``accept --engine llamacpp``); and the adapter the contracts judge (``adapter``: the converter
 traced, the GGUF loader, the EAGLE-3 draft graph driven as the speculative loop drives it, ``graph``)."""
-
-from contracts.engine_spec import LLAMACPP_PINNED as PINNED  # noqa: F401  (what a bare ``llamacpp`` means)

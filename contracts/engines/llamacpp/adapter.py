@@ -5,7 +5,6 @@ speculative loop drives it. llama.cpp has one EAGLE-3 path, the same graph on ev
 
 from __future__ import annotations
 
-DISTRIBUTIONS = ("xllamacpp",)  # the installed distribution that is this engine
 PATH = "draft-eagle3"
 PATH_LABEL = "speculative type draft-eagle3 (common_speculative_impl_draft_eagle3)"
 

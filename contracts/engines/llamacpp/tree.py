@@ -13,7 +13,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from contracts.engines.recipes import LLAMACPP_TREE
+from contracts.engines.llamacpp.recipe import LLAMACPP_TREE
 
 # What the converter reads from the tree: its script, its model classes, gguf-py, its requirement files; and the C
 # headers the draft-graph replay (``contracts.engines.llamacpp.graph``) is compiled against.
@@ -54,6 +54,6 @@ def unpack_converter(sdist: Path, env: Path) -> Path:
 
 
 def unpack_for_environment(sdist: Path, env: Path) -> list[Path]:
-    """The environment builder's step for llama.cpp (``environments.INSTALL``): the tree's parts unpacked into ENV,
+    """The environment builder's step for llama.cpp (its profile's ``install.from_source``): the tree's parts unpacked into ENV,
     and the local package to install from them, the tree's own gguf-py."""
     return [unpack_converter(sdist, env) / "gguf-py"]

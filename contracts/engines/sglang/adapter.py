@@ -5,8 +5,6 @@ the target."""
 
 from __future__ import annotations
 
-DISTRIBUTIONS = ("sglang",)  # the installed distribution that is this engine
-
 
 def info() -> dict:
     from contracts.engines.sglang.context import engine_version

