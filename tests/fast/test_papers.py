@@ -1,4 +1,4 @@
-"""Papers that are true: README's table of the bundled drafts and every `matrix` table in the docs say, cell by cell,
+"""Papers that are true: the table of the bundled drafts (docs/bundled-drafts.md) and every `matrix` table in the docs say, cell by cell,
 what ``fixtures/expected.json`` documents (which the suite's own runs hold the engines to), and the pinned SGLang's rows
 what its recorded run gave, so none can drift apart."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = json.loads((REPO / "fixtures" / "expected.json").read_text())
-# README's columns, left to right after the draft: where each one's verdicts are documented
+TABLE = REPO / "docs" / "bundled-drafts.md"
+# The table's columns, left to right after the draft: where each one's verdicts are documented
 # (a column may stand for several: "after `convert` (both runners)")
 COLUMNS = [[("engines", "sglang==0.5.23")], [("after_convert", "sglang==0.5.23")], [("engines", "vllm==0.32.0")],
            [("engines", "vllm==0.32.0:v1")], [("after_convert", "vllm==0.32.0"), ("after_convert", "vllm==0.32.0:v1")],
@@ -18,8 +19,8 @@ COLUMNS = [[("engines", "sglang==0.5.23")], [("after_convert", "sglang==0.5.23")
 HEADER = "| draft (trainer) | SGLang 0.5.23"
 
 
-def readme_rows() -> list[list[str]]:
-    lines = (REPO / "README.md").read_text().splitlines()
+def table_rows() -> list[list[str]]:
+    lines = TABLE.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(HEADER))
     rows = []
     for line in lines[start + 2:]:
@@ -52,22 +53,22 @@ def documented(where: str, release: str, draft: str) -> set[str]:
     return set(EXPECTED[where].get(release, {}).get(draft, {}))
 
 
-def test_readme_names_every_bundled_draft_once():
+def test_the_table_names_every_bundled_draft_once():
     from contracts.bundled import bundled_subjects
 
     drafts = sorted(s.name for s in bundled_subjects())
-    named = sorted(d for row in readme_rows() for d in drafts_in(row[0]))
+    named = sorted(d for row in table_rows() for d in drafts_in(row[0]))
     assert named == drafts
 
 
-def test_every_readme_cell_is_what_expected_json_documents():
+def test_every_table_cell_is_what_expected_json_documents():
     wrong = []
-    for row in readme_rows():
+    for row in table_rows():
         assert len(row) == len(COLUMNS) + 1, row
         for column, cell in zip(COLUMNS, row[1:]):
             for (where, release), draft in ((c, d) for c in column for d in drafts_in(row[0])):
                 if failures_in(cell) != documented(where, release, draft):
-                    wrong.append(f"{draft} / {where} {release}: README says {cell!r}, expected.json "
+                    wrong.append(f"{draft} / {where} {release}: the table says {cell!r}, expected.json "
                                  f"{sorted(documented(where, release, draft))}")
     assert wrong == []
 
@@ -95,7 +96,7 @@ def test_the_bundled_drafts_table_has_every_draft_on_every_path():
     are checked, with every other matrix table's, by the test below)."""
     _, rows = matrix_rows()
     shown = sorted((row[0], release_key(row[1], row[2])) for row in rows)
-    assert shown == sorted((d, r) for d in readme_drafts() for r in RELEASES.values())
+    assert shown == sorted((d, r) for d in table_drafts() for r in RELEASES.values())
 
 
 def test_the_matrix_rows_of_the_pinned_sglang_are_the_recorded_verdicts():
@@ -111,8 +112,8 @@ def test_the_matrix_rows_of_the_pinned_sglang_are_the_recorded_verdicts():
             assert cells == recorded[row[0]]["verdicts"], row[0]
 
 
-def readme_drafts() -> list[str]:
-    return [d for row in readme_rows() for d in drafts_in(row[0])]
+def table_drafts() -> list[str]:
+    return [d for row in table_rows() for d in drafts_in(row[0])]
 
 
 def every_matrix_table() -> list[tuple[list[str], list[list[str]]]]:
