@@ -54,7 +54,7 @@ def layers_held(reached_params: list[str]) -> int | None:
 
 
 def dropped_keys(fates) -> list[str]:
-    """The tensors an engine's load dropped, less the target->draft mask both engines skip by design (``t2d``: they
+    """The tensors an engine's load dropped, less the target->draft mask SGLang and vLLM skip by design (``t2d``: they
     map draft ids with ``d2t`` alone)."""
     return [f.key for f in fates if f.dropped and "t2d" not in f.key]
 

@@ -138,7 +138,7 @@ def check_d2t_semantics(subject: SubjectView) -> Result:
         elif steps:
             # The order is the trainer's: speculators and SpecForge lay the selected ids out ascending; Model Optimizer
             # (calibrate_frequent_vocab) and NeMo Automodel (build_eagle3_token_mapping, which also saves a t2d) by
-            # frequency, which both engines serve as trained: they only index through the map. A t2d mask names the
+            # frequency, which SGLang and vLLM serve as trained: they only index through the map. A t2d mask names the
             # selected set, not an order, so a non-ascending map fails only against a trainer known to sort.
             i, a, b = steps[0]
             evidence["not_increasing_at"] = [{"draft_id": j + 1, "engine_target": y, "previous": x}

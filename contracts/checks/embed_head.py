@@ -23,7 +23,7 @@ from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
 CID = "embed-head"
 RANDOM = "never written (random)"
-VOCAB_PADDING = 64  # both engines pad vocab-parallel weights to a multiple of 64 rows
+VOCAB_PADDING = 64  # SGLang and vLLM pad vocab-parallel weights to a multiple of 64 rows
 
 
 def _key(tensors: dict, suffix: str) -> str | None:

@@ -8,7 +8,7 @@ placed elsewhere, an embedding or head other than the trained one. The trainer s
 forward, recorded with the fixture (``fixtures/references``); the engine side replays the same token ids,
 positions and aux hidden states through the engine's draft forward after its own wiring to the target.
 Steps after the first catch what step 0 cannot: the state a draft feeds its next step (SpecForge 0.2.0's
-``norm_output: true`` normalises only before ``lm_head`` and feeds the raw state on; both engines feed the
+``norm_output: true`` normalises only before ``lm_head`` and feeds the raw state on; SGLang and vLLM feed the
 normalised one: identical step-0 logits, 3.6e-2 apart at step 1 on the same weights).
 """
 

@@ -19,7 +19,7 @@ from contracts.checks.evidence import collapse_layers, engine_label
 from contracts.config_facts import served_without_aux, trained_without_aux
 from contracts.registry import FAIL, PASS, WARN, Result, SubjectView, contract
 
-# Tensors the engine skips on purpose. t2d is the target->draft mask; both engines derive the map from d2t
+# Tensors the engine skips on purpose. t2d is the target->draft mask; SGLang and vLLM derive the map from d2t
 # alone (``continue`` on any name containing "t2d"); d2t-semantics checks that the two agree.
 IGNORED_BY_DESIGN = {"t2d": "target->draft mask; the engine maps draft ids with d2t alone"}
 

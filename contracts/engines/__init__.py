@@ -1,11 +1,11 @@
 """Adapters over inference engines' real code. Each engine adapter takes paths in and gives plain,
 serialisable observations out (see ``contracts.observations``); the checks never import an engine.
 
-An ``Engine`` is the seam a ``Subject`` asks for observations: ``InProcess`` runs the SGLang installed
-in this environment; ``WorkerEngine`` runs an adapter in a subprocess inside another environment (another SGLang
-release, or vLLM's CPU build, each made from this project's recipe, ``contracts.engines.environments``) and
-decodes the JSON it sends back into the same observation types, so one report can hold verdicts from several
-releases of both engines.
+An ``Engine`` is the seam a ``Subject`` asks for observations: ``InProcess`` runs the adapter of the engine installed
+in this environment (the in-process engine of the profiles, ``contracts.engine_profile``: SGLang); ``WorkerEngine``
+runs an adapter in a subprocess inside another environment (another release, vLLM's CPU build, llama.cpp's wheel,
+each made from this project's recipe, ``contracts.engines.environments``) and decodes the JSON it sends back into the
+same observation types, so one report can hold verdicts from several releases of every engine.
 """
 
 from __future__ import annotations
