@@ -2,7 +2,7 @@
 live run of the engine, replayed by the fast tier so every contract's check logic is judged on real observations in
 seconds, with no engine environment (``contracts.engines.recorded``).
 
-    python -m contracts.recordings [--engine SPEC]     (re-record; the engine tier says when that is due)
+    python -m contracts.recordings [--engine SPEC]     (re-record one engine path; the engine tier says when that is due)
 """
 
 from __future__ import annotations
@@ -53,25 +53,27 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from contracts.bundled import bundled_subjects
-    from contracts.engine_spec import default_engine
-    from contracts.engines import release
+    from contracts.engine_spec import EngineSpec, default_engine
+    from contracts.engines import canonical
 
     parser = argparse.ArgumentParser(prog="python -m contracts.recordings")
-    parser.add_argument("--engine", default=default_engine())
+    parser.add_argument("--engine", default=default_engine(),
+                        help="the engine path to record (a release, with its runner: vllm==0.32.0:v1)")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)  # as tox runs the suite (OMP_NUM_THREADS=1): the same accumulation order
-    subjects = bundled_subjects(args.engine)
+    spec = EngineSpec.parse(canonical(args.engine))
+    subjects = bundled_subjects(str(spec))
     out = None
     for subject in subjects:
         try:
             recorded = record_subject(subject)
         finally:
             subject.close()
-        if out is None:
+        if out is None:  # the release the engine says it is (the installed one, for a bare in-process name)
             info = recorded["answers"]["info"]["result"]
-            out = recordings_dir(release(f"{info['name']}=={info['version']}"))
+            out = recordings_dir(str(EngineSpec(spec.name, spec.version or info["version"], spec.runner)))
             out.mkdir(parents=True, exist_ok=True)
         (out / f"{subject.name}.json").write_text(json.dumps(recorded, sort_keys=True, indent=0) + "\n")
         print(subject.name, recorded["verdicts"])

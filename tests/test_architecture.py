@@ -90,7 +90,7 @@ FLOORS = [
     {"core": ("contracts", "contracts.checkpoint", "contracts.input_bounds", "contracts.observations",
               "contracts.observations_wiring", "contracts.registry", "contracts.report", "contracts.refusals",
               "contracts.renames", "contracts.conventions", "contracts.fingerprint", "contracts.manifest",
-              "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec", "contracts.engine_profile",
+              "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec", "contracts.engine_profile", "contracts.trainer_profile",
               "contracts.trainer_forms")},
     {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
     # a subject asks its trainer's environment for a reference forward as it asks an engine for observations: the

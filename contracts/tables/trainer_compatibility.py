@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from contracts.trainer_profile import PROFILES
 from contracts.builds import RECORD, read_record
 from contracts.engine_spec import EngineSpec, default_engine
 from contracts.engines.environments import envs_root, release_order
@@ -31,7 +32,7 @@ from contracts.engines.environments import envs_root, release_order
 # deployment's default, and on V1, the CPU build's), and the last SGLang release that names the draft's layer
 # `midlayer.*` (the naming speculators moved away from and back to).
 ENGINES = ["sglang==0.5.23", "vllm==0.32.0", "vllm==0.32.0:v1", "sglang==0.5.9"]
-TRAINERS = ("speculators", "specforge", "modelopt", "automodel")
+TRAINERS = tuple(PROFILES)
 
 
 def builds_root() -> Path:

@@ -27,16 +27,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from contracts.trainer_profile import PROFILES
 from contracts.builds import RECORD
 from contracts.trainers.common import REPO_ROOT, sha256_files
 from contracts.trainers.converged import CONVERGED, TARGET
 
 # trainer -> (its builder module, the function that trains and saves the converged draft)
-BUILDERS = {
-    "speculators": ("contracts.trainers.converged", "train_speculators"),
-    "specforge": ("contracts.trainers.converged_specforge", "train_specforge"),
-    "modelopt": ("contracts.trainers.converged_modelopt", "train_modelopt"),
-}
+BUILDERS = {name: tuple(p.converged_builder.split(":")) for name, p in PROFILES.items() if p.converged_builder}
 TIMEOUT_S = 3600
 
 

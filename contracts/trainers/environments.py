@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import contracts
+from contracts.trainer_profile import PROFILES
 from contracts.engines.environments import (EnvironmentBuildError, add_setup_seconds, build_started, envs_root,
                                            install_command, progress, release_order, run_step,
                                            uv_binary)
@@ -36,12 +37,8 @@ from contracts.engines.recipes import (CPU_TORCH, CUDA_STACKS, IMPORT_TO_DIST, R
                                        distribution_versions, wheels_dir)
 
 BUILDER = "trainer-uv-3"
-DISTRIBUTION = {"speculators": "speculators", "specforge": "specforge", "modelopt": "nvidia-modelopt",
-                "automodel": "nemo-automodel"}
-# The first release of each trainer with an EAGLE-3 draft (speculators' Eagle3 model arrives in 0.3.0, Model
-# Optimizer's Hugging Face EAGLE-3 module in 0.35.0, NeMo Automodel's recipes/llm/train_eagle3.py in 0.5.0); earlier
-# ones are not swept.
-FIRST = {"speculators": "0.3.0", "specforge": "0.1.0", "modelopt": "0.35.0", "automodel": "0.5.0"}
+DISTRIBUTION = {name: p.distribution for name, p in PROFILES.items()}  # (contracts.trainer_profile)
+FIRST = {name: p.first_release for name, p in PROFILES.items()}  # the first with an EAGLE-3 draft (earlier: not swept)
 # Declared by trainers for multi-GPU training or logging, never imported by a one-process CPU build of a draft
 # (and several compile CUDA code at install): deepspeed (speculators 0.3.0, Model Optimizer's [hf]), yunchang
 # (SpecForge's sequence parallelism, pulls flash-attn), sglang (SpecForge 0.2.0's online data generation: an engine,

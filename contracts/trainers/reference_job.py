@@ -23,11 +23,12 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
+from contracts.trainer_profile import PROFILES
 from contracts.trainers.common import SEED, TinyTarget, saved_tensors
 
 EMBED_KEYS = ("embed_tokens.weight", "model.embed_tokens.weight")
 # what each trainer's package is installed as
-DISTRIBUTIONS = {"speculators": "speculators", "specforge": "specforge", "modelopt": "nvidia-modelopt"}
+DISTRIBUTIONS = {name: p.distribution for name, p in PROFILES.items() if p.makes_references}
 
 
 def synthetic_target(target_dir: Path, draft_dir: Path, out: Path) -> str:

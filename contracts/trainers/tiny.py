@@ -30,17 +30,12 @@ import traceback
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from contracts.trainer_profile import PROFILES
 from contracts.builds import RECORD
 from contracts.trainers.common import LLAMA_TINY_HD32, TinyTarget, TrainerAPIChanged, repo_relative
 
 # trainer -> (its distribution, the builder module, the bundled fixture built the same way)
-TRAINERS = {
-    "speculators": ("speculators", "contracts.trainers.speculators", "speculators-default-hd32"),
-    "specforge": ("specforge", "contracts.trainers.specforge", "specforge-hd32"),
-    "modelopt": ("nvidia-modelopt", "contracts.trainers.modelopt", "modelopt-default-hd32"),
-    "automodel": ("nemo-automodel", "contracts.trainers.automodel", "automodel-vllm-hd32"),
-}
-PACKAGE = {"speculators": "speculators", "specforge": "specforge", "modelopt": "modelopt", "automodel": "nemo_automodel"}
+TRAINERS = PROFILES  # name -> TrainerProfile: its distribution, builder module and bundled twin
 
 
 class BuildRefused(RuntimeError):
@@ -49,9 +44,9 @@ class BuildRefused(RuntimeError):
 
 def trainer_version(trainer: str) -> str:
     try:
-        return version(TRAINERS[trainer][0])
+        return version(TRAINERS[trainer].distribution)
     except PackageNotFoundError:
-        raise BuildRefused(f"{TRAINERS[trainer][0]} is not installed in this environment (build-tiny builds with "
+        raise BuildRefused(f"{TRAINERS[trainer].distribution} is not installed in this environment (build-tiny builds with "
                            f"the release installed where it runs)") from None
 
 
@@ -88,7 +83,7 @@ def _api_change(trainer: str, release: str, error: BaseException) -> TrainerAPIC
     called it (ImportError: a function or module that moved; TypeError: an argument; AttributeError: an attribute)."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if "/contracts/trainers/" in f.filename]
     where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno}: {frames[-1].line})" if frames else ""
-    if isinstance(error, ModuleNotFoundError) and error.name and error.name.split(".")[0] != PACKAGE[trainer]:
+    if isinstance(error, ModuleNotFoundError) and error.name and error.name.split(".")[0] != TRAINERS[trainer].import_name:
         top = error.name.split(".")[0]
         if top != error.name and importlib.util.find_spec(top) is not None:  # there, but without that module
             try:
@@ -111,7 +106,7 @@ def build_tiny(trainer: str, out: Path, target: Path | None = None, reference: b
     release = trainer_version(trainer)
     _prepare(out)
     chosen = TinyTarget.from_directory(target) if target is not None else tiny_target(out)
-    module = importlib.import_module(TRAINERS[trainer][1])
+    module = importlib.import_module(TRAINERS[trainer].builder)
     with tempfile.TemporaryDirectory(prefix=f"eagle3-contracts-build-{trainer}-") as scratch:
         try:
             details = module.build_tiny(Path(scratch), chosen, out / "draft",
@@ -129,7 +124,7 @@ def build_tiny(trainer: str, out: Path, target: Path | None = None, reference: b
         "target": "target" if target is None else repo_relative(Path(target)),
         "reference": "reference.safetensors" if ref else None,
         "trained_hidden_states": ref.get("trained_hidden_states") if ref else None,
-        "bundled_twin": TRAINERS[trainer][2],
+        "bundled_twin": TRAINERS[trainer].bundled_twin,
         "python": sys.version.split()[0],
         **details,
         "reference_functions_called": ref.get("functions_called") if ref else None,
