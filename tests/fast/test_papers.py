@@ -99,17 +99,21 @@ def test_the_bundled_drafts_table_has_every_draft_on_every_path():
     assert shown == sorted((d, r) for d in table_drafts() for r in RELEASES.values())
 
 
-def test_the_matrix_rows_of_the_pinned_sglang_are_the_recorded_verdicts():
-    """Every cell, warnings and skips included, against the verdicts the pinned engine's recorded run gave."""
+def test_the_matrix_rows_of_every_recorded_engine_path_are_the_recorded_verdicts():
+    """Every cell, warnings and skips included, against the verdicts each recorded engine path's run gave (the pinned
+    SGLang, vLLM on both runners)."""
     from contracts.recordings import load_recordings
 
-    recorded = load_recordings("sglang==0.5.23")
     header, rows = matrix_rows()
     contracts = header[4:-1]
+    compared = set()
     for row in rows:
-        if row[1] == "sglang 0.5.23":
+        recorded = load_recordings(release_key(row[1], row[2]))
+        if recorded:
             cells = {c: cell.split(" ")[0].lower() for c, cell in zip(contracts, row[4:-1])}
-            assert cells == recorded[row[0]]["verdicts"], row[0]
+            assert cells == recorded[row[0]]["verdicts"], (row[0], row[1], row[2])
+            compared.add(release_key(row[1], row[2]))
+    assert compared == set(RELEASES.values())
 
 
 def table_drafts() -> list[str]:
