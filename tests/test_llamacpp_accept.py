@@ -88,7 +88,7 @@ def test_a_draft_without_d2t_is_refused_by_llamacpps_loader_with_the_cause_it_lo
            "expected 64, 512, got 64, 64, 1, 1)" in err
 
 
-@pytest.mark.parametrize("args,why", [(["--engine", "llamacpp", "--runner", "v1"], "llama.cpp on its one speculative loop"),
+@pytest.mark.parametrize("args,why", [(["--engine", "llamacpp", "--runner", "v1"], "llama.cpp is judged on its one speculative loop"),
                                       (["--engine", "llamacpp=="], "give a version after '=='")])
 def test_what_llamacpp_cannot_be_asked_is_one_line(capsys, args, why):
     code = main(["accept", str(CONVERGED / "speculators"), "--target", str(CONVERGED / "target"), *args])
