@@ -64,7 +64,7 @@ def serving_loop(engine: str | None = None) -> ServingLoop:
     """The loop ENGINE names (``vllm[==X][:v1]``, ``llamacpp[==X]``; None: the first engine whose loop runs on a
     CPU, ``serving_engine``), from its profile's ``serving_loop``, or AcceptUnavailable saying why it cannot run
     here."""
-    from contracts.engine_profile import profile, serving_engine
+    from contracts.engine_profile import profile, serving_engine, serving_engines
     from contracts.engines import canonical, parse_spec, runner_of
 
     spec = canonical(engine or serving_engine())
@@ -72,7 +72,7 @@ def serving_loop(engine: str | None = None) -> ServingLoop:
     engine_profile = profile(name)
     loop = engine_profile.serving_loop
     if loop is None:
-        others = " or ".join(f"{p.label} (--engine {n}==X)" for n, p in _with_loops().items())
+        others = " or ".join(f"{profile(n).label} (--engine {n}==X)" for n in serving_engines())
         raise AcceptUnavailable(f"accept: {engine_profile.no_serving_loop}; measure on {others}")
     runner = runner_of(spec)
     if runner is not None and runner != loop.runner:
@@ -80,12 +80,6 @@ def serving_loop(engine: str | None = None) -> ServingLoop:
     check_spec = f"{name}=={version}:{loop.runner}" if loop.runner else spec
     return ServingLoop(name, version, loop.job, engine_profile.release_label(version), loop.path.format(version=version),
                        check_spec, runner=loop.runner)
-
-
-def _with_loops() -> dict:
-    from contracts.engine_profile import profiles
-
-    return {n: p for n, p in profiles().items() if p.serving_loop is not None}
 
 
 def measure(draft, target, *, engine: str | None = None, tokens: int = 3, prompts: int = 4, max_tokens: int = 64,

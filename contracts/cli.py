@@ -33,7 +33,7 @@ from pathlib import Path
 
 from contracts.checkpoint import InputError
 from contracts.conventions import TRAINERS
-from contracts.engine_profile import default_engine, profiles, serving_engine
+from contracts.engine_profile import convert_targets, default_engine, profiles, serving_engine, serving_engines
 from contracts.input_bounds import one_line
 
 FORMATS = ("text", "json", "junit", "markdown")
@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("draft", help="draft checkpoint directory")
     a.add_argument("--target", required=True, help="target model directory, with its weights")
     a.add_argument("--engine", default=serving_engine(), help="an engine whose serving loop runs on a CPU: " + _engines_help(
-        [name for name, p in profiles().items() if p.serving_loop]))
+        serving_engines()))
     a.add_argument("--runner", choices=_runners(), help="the model runner (an engine with several); a CPU serves "
                                                         "with the one its serving loop names")
     a.add_argument("--tokens", type=int, default=3, help="speculative tokens per round (default 3)")
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--output", help="write the report to FILE instead of stdout")
     v = sub.add_parser("convert", help="write the copy of a draft that an engine release serves as trained, and "
                                        "judge that copy with every contract")
-    v.add_argument("--to", choices=tuple(n for n, p in profiles().items() if p.convert_writes),
+    v.add_argument("--to", choices=convert_targets(),
                    help="the engine to serve with (default: --engine's)")
     v.add_argument("src", help="draft checkpoint directory (never written)")
     v.add_argument("dst", help="output directory (new or empty)")
@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _engines_help(names: list[str] | None = None) -> str:
+def _engines_help(names: tuple[str, ...] | None = None) -> str:
     """``sglang (installed here), sglang==VERSION, vllm (its pinned release, own environment), ...`` from the
     engines' profiles."""
     out = []
@@ -149,7 +149,7 @@ def _check_engine(spec: str) -> None:
     """A usable engine spec: the release of an in-process engine installed here, or a release on the package
     index."""
     from contracts.engines import EngineSpecError, canonical, parse_spec
-    from contracts.engines.inprocess import installed_release
+    from contracts.engines.inprocess import installed_release, judged_in_process
 
     try:
         name, version = parse_spec(canonical(spec))
@@ -158,7 +158,7 @@ def _check_engine(spec: str) -> None:
                 raise UsageError(f"{profiles()[name].label} is not installed in this environment: run through `tox "
                                  f"-e check`, or name a release (--engine {name}==X) to use its own cached "
                                  "environment")
-        elif not profiles()[name].in_process or version != installed_release(name):
+        elif not judged_in_process(name, version):
             from contracts.engines.environments import check_release
 
             check_release(name, version)

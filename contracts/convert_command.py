@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.checkpoint import CONVERSION_RECORD_KEY, Checkpoint, InputError
-from contracts.engine_profile import default_engine, profile, profiles
+from contracts.engine_profile import convert_targets, default_engine, profile, profiles
 from contracts.engine_spec import EngineSpec
 from contracts.hand_conversion import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
 
@@ -251,12 +251,6 @@ def engine_layer_count(cfg: dict, load) -> tuple[dict, list[str]]:
     return {**cfg, **fix}, [note]
 
 
-def convert_to() -> tuple[str, ...]:
-    """The engines convert writes a copy for (an engine with a converter of its own, llama.cpp, serves what that
-    writes)."""
-    return tuple(name for name, p in profiles().items() if p.convert_writes)
-
-
 def convert(src, dst, *, to: str, target=None, engine: str | None = None, trainer: str | None = None,
             verbatim: bool = False, link: bool = False, facts: dict | None = None) -> Conversion:
     """Write the copy of SRC that ENGINE (default: the ``to`` engine as installed or pinned) serves as trained
@@ -267,9 +261,9 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     from contracts.engines import parse_spec
     from contracts.subject import report
 
-    if to not in convert_to():
+    if to not in convert_targets():
         own = profile(to).label if to in profiles() else to
-        raise InputError(f"convert writes copies for {' and '.join(convert_to())}; {own} serves what its own "
+        raise InputError(f"convert writes copies for {' and '.join(convert_targets())}; {own} serves what its own "
                          f"converter writes (check --engine {to} judges the draft as that converter converts it)")
     src, dst = Path(src).resolve(), Path(dst).resolve()
     ckpt = Checkpoint.open(src)

@@ -120,9 +120,19 @@ def profile(name: str) -> EngineProfile:
     return profiles()[name]
 
 
+def serving_engines() -> tuple[str, ...]:
+    """The engines whose serving loop ``accept`` runs on a CPU, by rank."""
+    return tuple(name for name, p in profiles().items() if p.serving_loop is not None)
+
+
 def serving_engine() -> str:
     """The engine ``accept`` measures on by default: the first (by rank) whose serving loop runs on a CPU."""
-    return next(p.name for p in profiles().values() if p.serving_loop is not None)
+    return serving_engines()[0]
+
+
+def convert_targets() -> tuple[str, ...]:
+    """The engines ``convert`` writes a copy for (one with a converter of its own serves what that writes)."""
+    return tuple(name for name, p in profiles().items() if p.convert_writes)
 
 
 def default_engine() -> str:

@@ -76,15 +76,15 @@ def engine_for(spec: str | None = None) -> Engine:
     """The engine for ``spec`` (None: the default engine), one per process: in-process when it is the release of an
     in-process engine installed here (or no version is asked), else a worker in that release's cached environment
     (built on first use)."""
-    from contracts.engine_profile import default_engine, profile
-    from contracts.engines.inprocess import InProcess, installed_release
+    from contracts.engine_profile import default_engine
+    from contracts.engines.inprocess import InProcess, judged_in_process
 
     key = release(spec or default_engine())
     name, version = parse_spec(key)
     if key in _unmade:
         raise _unmade[key]
     if key not in _engines:
-        if profile(name).in_process and (version is None or version == installed_release(name)):
+        if judged_in_process(name, version):
             _engines[key] = InProcess(name, key)
         else:
             from contracts.engines.environments import EnvironmentBuildError, environment_for

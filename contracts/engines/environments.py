@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import pkgutil
 import shutil
 import subprocess
 import sys
@@ -193,10 +194,7 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
                 if uv else [str(env / "bin" / "python"), "-m", "pip", "uninstall", "--quiet", "--yes", *install.remove]
             run_step(remove, out, log, env, name, version, call_env, check=False)
         if install.from_source:
-            import importlib
-
-            module, _, function = install.from_source.partition(":")
-            for local in getattr(importlib.import_module(module), function)(release_sdist(name, version), env):
+            for local in pkgutil.resolve_name(install.from_source)(release_sdist(name, version), env):
                 run_step([*installer, str(local)], out, log, env, name, version, call_env)
         installed = time.perf_counter()
         answer = _closure(env, recipe, name, installer, call_env, out, log, version)

@@ -41,6 +41,14 @@ def installed_release(name: str) -> str | None:
     return None
 
 
+def judged_in_process(name: str, version: str | None) -> bool:
+    """NAME==VERSION is judged in this process: an in-process engine (its profile) asked for no release (None or
+    "") or for the one installed here; every other release runs in its own environment."""
+    from contracts.engine_profile import profile
+
+    return profile(name).in_process and (not version or version == installed_release(name))
+
+
 def _path(p):
     return None if p is None else Path(p)
 

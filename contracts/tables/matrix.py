@@ -70,11 +70,12 @@ def converted_report(subject, engine: str, only: list[str] | None = None) -> lis
     import tempfile
     from pathlib import Path
 
-    from contracts.convert_command import convert, convert_to
+    from contracts.convert_command import convert
+    from contracts.engine_profile import convert_targets
     from contracts.report import command_prefix
     from contracts.engines import parse_spec
 
-    if subject.target_path is None or subject.trainer_name is None or parse_spec(engine)[0] not in convert_to():
+    if subject.target_path is None or subject.trainer_name is None or parse_spec(engine)[0] not in convert_targets():
         return None
     facts = {k: getattr(subject, k) for k in ("intended_ids", "trainer_aux_ids", "reference_path",
                                               "trainer_hidden_states") if getattr(subject, k) is not None}

@@ -19,9 +19,9 @@ repository root (the converged target is named repo-relative in what the trainer
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
+import pkgutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +33,7 @@ from contracts.trainers.common import REPO_ROOT, sha256_files
 from contracts.trainers.converged import CONVERGED, TARGET
 
 # trainer -> (its builder module, the function that trains and saves the converged draft)
-BUILDERS = {name: tuple(p.converged_builder.split(":")) for name, p in PROFILES.items() if p.converged_builder}
+BUILDERS = {name: p.converged_builder for name, p in PROFILES.items() if p.converged_builder}  # "module:function"
 TIMEOUT_S = 3600
 
 
@@ -66,7 +66,7 @@ def build(trainer: str, out: Path) -> dict:
     _refuse_foreign(out)
     release = trainer_version(trainer)
     _prepare(out)
-    module, function = BUILDERS[trainer]
+    build = pkgutil.resolve_name(BUILDERS[trainer])
     kept: dict = {}
 
     def keep(name, directory, **details):  # the entry a fixture build writes into the manifest, kept here instead
@@ -75,8 +75,7 @@ def build(trainer: str, out: Path) -> dict:
 
     os.chdir(REPO_ROOT)
     with tempfile.TemporaryDirectory(prefix=f"eagle3-contracts-converged-{trainer}-") as scratch:
-        getattr(importlib.import_module(module), function)(Path(scratch), directory=out / "draft", record=keep,
-                                                           reference_path=out / "reference.safetensors")
+        build(Path(scratch), directory=out / "draft", record=keep, reference_path=out / "reference.safetensors")
     record = {"trainer": trainer, "trainer_version": release, "draft": "draft", "target": str(TARGET.directory),
               "reference": "reference.safetensors", "selected_target_ids": kept.get("selected_target_ids"),
               "aux_layer_ids": kept.get("aux_layer_ids"), "bundled_twin": f"converged-{trainer}",
