@@ -371,13 +371,14 @@ def measure_tree(argv: list[str], env: dict | None = None) -> dict:
 
 def vllm_comparison(py: str, root: Path, tg: dict) -> None:
     """check --engine vllm against the naive way in vLLM's own environment, on the Kimi-sized drafter."""
+    from contracts.engine_spec import EngineSpec
     from contracts.engines.environments import environment_for
 
     draft = root / "kimi-drafter-vllm"
     params = drafter(draft, hidden=7168, vocab=163840, draft_vocab=32000, heads=56, kv_heads=8, inter=18432,
                      layer_prefix="layers.0", with_embed=True, ids=[1, 29, 57])
     target = tg["kimi-k25-target"]
-    vpy = str(environment_for("vllm", "0.32.0"))
+    vpy = str(environment_for(EngineSpec("vllm", "0.32.0")))
     ours = measure_tree([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--engine", "vllm",
                          "--format", "json"])
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV",)}

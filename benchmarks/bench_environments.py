@@ -40,8 +40,9 @@ def build(root: Path, engine: str, version: str, installer: str) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     before = du_mb(root)
     env = {**os.environ, "EAGLE3_CONTRACTS_ENVS": str(root), "EAGLE3_CONTRACTS_INSTALLER": installer}
-    code = ("import sys; from contracts.engines.environments import environment_for; "
-            f"print(environment_for({engine!r}, {version!r}))")
+    code = ("import sys; from contracts.engine_spec import EngineSpec; "
+            "from contracts.engines.environments import environment_for; "
+            f"print(environment_for(EngineSpec({engine!r}, {version!r})))")
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start

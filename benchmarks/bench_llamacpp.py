@@ -35,10 +35,10 @@ TARGET = REPO / "fixtures" / "targets" / "llama-tiny"
 
 def llamacpp_python() -> Path:
     sys.path.insert(0, str(REPO))
-    from contracts.engine_spec import PINNED
+    from contracts.engine_spec import PINNED, EngineSpec
     from contracts.engines.environments import environment_for
 
-    return environment_for("llamacpp", PINNED["llamacpp"])
+    return environment_for(EngineSpec("llamacpp", PINNED["llamacpp"]))
 
 
 CONVERSION = """

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
-from contracts.engine_spec import ENGINE_NAMES
+from contracts.engine_spec import ENGINE_NAMES, EngineSpec
 
 # How far vLLM's measured mean acceptance length may sit from the trainer's expectation before it is a verdict. Both
 # decode the same prompts greedily; they differ only by float rounding (vLLM's kernels vs transformers), which flips
@@ -51,38 +51,36 @@ class ServingLoop:
     """The engine loop ``accept`` measures: its release, the job that runs it in that release's environment, how a
     report names it, and the engine path ``check`` judges to explain a gap."""
 
-    name: str
-    version: str
+    release: EngineSpec  # (its version always, no runner)
     job: str
     label: str
     path: str
-    check_spec: str
+    check_spec: EngineSpec
     runner: str | None = None
 
 
-def serving_loop(engine: str | None = None) -> ServingLoop:
+def serving_loop(engine: EngineSpec | None = None) -> ServingLoop:
     """The loop ENGINE names (``vllm[==X][:v1]``, ``llamacpp[==X]``; None: the first engine whose loop runs on a
     CPU, ``serving_engine``), from its profile's ``serving_loop``, or AcceptUnavailable saying why it cannot run
     here."""
     from contracts.engine_profile import profile, serving_engine, serving_engines
-    from contracts.engines import canonical, parse_spec, runner_of
 
-    spec = canonical(engine or serving_engine())
-    name, version = parse_spec(spec)
-    engine_profile = profile(name)
+    spec = (engine or EngineSpec(serving_engine())).canonical()
+    name, version = spec.name, str(spec.version)
+    engine_profile = spec.profile
     loop = engine_profile.serving_loop
     if loop is None:
         others = " or ".join(f"{profile(n).label} (--engine {n}==X)" for n in serving_engines())
         raise AcceptUnavailable(f"accept: {engine_profile.no_serving_loop}; measure on {others}")
-    runner = runner_of(spec)
+    runner = spec.runner
     if runner is not None and runner != loop.runner:
         raise AcceptUnavailable(f"accept: {loop.runner_refusals.get(runner, f'{name} serves with {loop.runner}')}")
-    check_spec = f"{name}=={version}:{loop.runner}" if loop.runner else spec
-    return ServingLoop(name, version, loop.job, engine_profile.release_label(version), loop.path.format(version=version),
+    check_spec = spec.with_runner(loop.runner) if loop.runner else spec
+    return ServingLoop(spec.release(), loop.job, engine_profile.release_label(version), loop.path.format(version=version),
                        check_spec, runner=loop.runner)
 
 
-def measure(draft, target, *, engine: str | None = None, tokens: int = 3, prompts: int = 4, max_tokens: int = 64,
+def measure(draft, target, *, engine: EngineSpec | None = None, tokens: int = 3, prompts: int = 4, max_tokens: int = 64,
             temperature: float = 0.0, expect: bool = True, explain: bool = True) -> dict:
     """The engine's own acceptance counters for DRAFT speculating for TARGET on its CPU serving loop (vLLM's, or
     llama.cpp's), with the engine and path measured and the wall time. Raises contracts.checkpoint.InputError
@@ -94,7 +92,7 @@ def measure(draft, target, *, engine: str | None = None, tokens: int = 3, prompt
     from contracts.engines.environments import environment_for
     from contracts.engines.remote import run_module
 
-    python = environment_for(loop.name, loop.version)
+    python = environment_for(loop.release)
     options = {"tokens": tokens, "n_prompts": prompts, "max_tokens": max_tokens, "temperature": temperature}
     start = time.perf_counter()
     with ThreadPoolExecutor(1) as pool:  # the trainer's expectation runs while the engine serves
@@ -109,7 +107,7 @@ def measure(draft, target, *, engine: str | None = None, tokens: int = 3, prompt
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if "refused" in result:
         raise ServingRefused(f"{loop.label} did not serve the draft: {result['refused']}")
-    out = {"engine": {"name": loop.name, "version": loop.version}, "runner": loop.runner,
+    out = {"engine": {"name": loop.release.name, "version": loop.release.version}, "runner": loop.runner,
            "path": loop.path, "draft": str(draft), "target": str(target), **result, "seconds_wall": round(wall, 1),
            "trainer_expectation": expectation}
     measured, wanted = result.get("mean_acceptance_length"), expectation.get("mean_acceptance_length")
@@ -165,7 +163,7 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
             **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
-def _check_on_path(draft: Path, target: Path, engine: str) -> dict:
+def _check_on_path(draft: Path, target: Path, engine: EngineSpec) -> dict:
     """What ``check`` says on the path measured: the root-cause contracts it fails (what explains a collapse or a
     gap), the warnings it gives ("contract: summary", which may explain the rest), and the contracts it could not
     judge, so a report never calls a check that did not run, or did not judge, a pass."""
@@ -177,7 +175,7 @@ def _check_on_path(draft: Path, target: Path, engine: str) -> dict:
         rep = report(subject)
     finally:
         subject.close()
-    return {"engine": engine,
+    return {"engine": str(engine),
             "root_causes": [r["contract"] for r in rep["results"] if r["status"] == "fail" and r.get("root_cause")],
             "failed": [r["contract"] for r in rep["results"] if r["status"] == "fail"],
             "warnings": [f"{r['contract']}: {r['summary']}" for r in rep["results"] if r["status"] == "warn"],

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contracts.engine_spec import EngineSpec, default_engine
+
 RECORD = "eagle3-contracts-build.json"
 
 
@@ -26,12 +28,16 @@ def read_record(directory) -> dict | None:
     return record
 
 
-def subject_for(directory, engine: str, name: str | None = None, target=None):
+def subject_for(directory, engine: EngineSpec, name: str | None = None, target=None):
     """The ``Subject`` of a build-tiny output (``target`` overrides the record's)."""
     from contracts.subject import Subject
 
+    from contracts.checkpoint import InputError
+
     directory = Path(directory)
     record = read_record(directory)
+    if record is None:
+        raise InputError(f"{directory}: no {RECORD} (not a build-tiny output)")
     recorded = record.get("target")
     target_path = Path(target) if target else (directory / recorded if recorded and not Path(recorded).is_absolute()
                                                else Path(recorded) if recorded else None)
@@ -42,14 +48,12 @@ def subject_for(directory, engine: str, name: str | None = None, target=None):
                    trainer_hidden_states=record.get("trained_hidden_states"))
 
 
-def twin_expectations(record: dict, engine: str) -> dict[str, str] | None:
+def twin_expectations(record: dict, engine: EngineSpec) -> dict[str, str] | None:
     """contract -> why, the documented failures of the bundled fixture built the same way (``bundled_twin``) on
     ``engine``; None when fixtures/expected.json documents nothing for that release (or the twin is unknown)."""
     from contracts.bundled import expected_failures
 
-    from contracts.engine_spec import default_engine
-
-    known = expected_failures(None if engine == default_engine() else engine)  # installed here: the pinned one
+    known = expected_failures(None if engine == EngineSpec(default_engine()) else engine)  # installed here: the pinned one
     twin = record.get("bundled_twin")
     if known is None or not twin:
         return None

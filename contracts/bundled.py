@@ -8,27 +8,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from contracts.engine_spec import EngineSpec
 from contracts.manifest import EXPECTED, FIXTURES, MANIFEST, manifest  # noqa: F401  (re-exported)
 
 
-def bundled_subjects(engine: str | None = None) -> list:
+def bundled_subjects(engine: EngineSpec | None = None) -> list:
     """A ``Subject`` for every trainer-built draft in the manifest (with its target and the target ids the
     trainer's own vocab mapping selected), in a stable order; ENGINE: the default engine's installed release."""
     from contracts.engine_spec import default_engine
 
-    engine = engine or default_engine()
+    engine = engine or EngineSpec(default_engine())
     entries = manifest()
     return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items())
             if _is_draft(entry) and entry.get("role") != "converged"]
 
 
-def converged_subjects(engine: str | None = None) -> list:
+def converged_subjects(engine: EngineSpec | None = None) -> list:
     """A ``Subject`` for every draft trained to convergence on the converged target (fixtures/converged/): what
     ``accept`` and the acceptance study measure; not among the examples (their verdicts are the study's). ENGINE:
     the one accept measures on by default."""
     from contracts.engine_spec import serving_engine
 
-    engine = engine or serving_engine()
+    engine = engine or EngineSpec(serving_engine())
     entries = manifest()
     return [_subject(name, entry, entries, engine) for name, entry in sorted(entries.items())
             if _is_draft(entry) and entry.get("role") == "converged"]
@@ -40,7 +41,7 @@ def _is_draft(entry: dict) -> bool:
         (FIXTURES.parent / entry["path"]).is_dir()
 
 
-def _subject(name: str, entry: dict, entries: dict, engine: str, target=None):
+def _subject(name: str, entry: dict, entries: dict, engine: EngineSpec, target=None):
     from contracts.subject import Subject
 
     root = FIXTURES.parent
@@ -52,7 +53,7 @@ def _subject(name: str, entry: dict, entries: dict, engine: str, target=None):
                    f"the bundled draft records none (fixtures/manifest.json: {name} was built without one)")
 
 
-def bundled_subject_for(checkpoint, engine: str, target=None):
+def bundled_subject_for(checkpoint, engine: EngineSpec, target=None):
     """``check DIR`` on a bundled example's (or a converged draft's) directory: the draft as ``--examples`` checks it
     (its trainer, the ids its trainer selected, its reference forward; its target unless ``target`` is given), else
     None."""
@@ -64,29 +65,28 @@ def bundled_subject_for(checkpoint, engine: str, target=None):
     return None
 
 
-def expected_failures(engine: str | None = None) -> dict[tuple[str, str], str] | None:
-    """(subject, contract) -> why, for the bundled examples' known failures on ``engine`` ("sglang==X"; default
-    the pinned one); None when fixtures/expected.json documents no verdicts for that release."""
+def expected_failures(engine: EngineSpec | None = None) -> dict[tuple[str, str], str] | None:
+    """(subject, contract) -> why, for the bundled examples' known failures on ENGINE (``sglang==X``; default the
+    pinned one); None when fixtures/expected.json documents no verdicts for that release."""
     if not EXPECTED.exists():
         return {}
-    from contracts.engines import canonical
-
     doc = json.loads(EXPECTED.read_text())
-    by_engine = doc["engines"].get(canonical(engine) if engine else doc["pinned"])
+    by_engine = doc["engines"].get(str(engine.canonical()) if engine else doc["pinned"])
     if by_engine is None:
         return None
     return {(name, cid): why for name, by in by_engine.items() for cid, why in by.items()}
 
 
-def documented_key(rep: dict) -> str:
-    """The fixtures/expected.json key a report's verdicts are documented under: the release (its default path), with
-    the runner when the one judged is not the release's default (``vllm==0.32.0:v1``)."""
+def documented_key(rep: dict) -> EngineSpec:
+    """The engine path a report's verdicts are documented under in fixtures/expected.json: the release (its default
+    path), with the runner when the one judged is not the release's default (``vllm==0.32.0:v1``)."""
     engine, path = rep["engine"], rep.get("path") or {}
-    key = f"{engine['name']}=={engine['version']}"
-    return f"{key}:{path['judged']}" if path.get("kind") == "runner" and not path.get("is_default") else key
+    runner = path["judged"] if path.get("kind") == "runner" and not path.get("is_default") else None
+    return EngineSpec(engine["name"], engine["version"], runner)
 
 
-def documented_engines() -> list[str]:
+def documented_engines() -> list[EngineSpec]:
     """The releases fixtures/expected.json documents the examples' verdicts for (pinned first)."""
     doc = json.loads(EXPECTED.read_text())
-    return [doc["pinned"], *sorted((e for e in doc["engines"] if e != doc["pinned"]), reverse=True)]
+    return [EngineSpec.parse(e) for e in
+            [doc["pinned"], *sorted((e for e in doc["engines"] if e != doc["pinned"]), reverse=True)]]

@@ -207,11 +207,12 @@ def pickle_globals(path: Path) -> list[str]:
                 data = f.read(PICKLE_SCAN_BYTES)
     except (OSError, BoundError, zipfile.BadZipFile, KeyError):
         return []
-    found, strings = [], []
+    found: list[str] = []
+    strings: list[str] = []
     try:
         for op, arg, _ in pickletools.genops(io.BytesIO(data)):
             if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
-                strings = (strings + [arg])[-2:]
+                strings = (strings + [str(arg)])[-2:]
             elif op.name == "GLOBAL":
                 found.append(str(arg).replace(" ", "."))
             elif op.name == "STACK_GLOBAL" and len(strings) == 2:
@@ -380,7 +381,8 @@ class Checkpoint:
     def draft_sign(self) -> str | None:
         """What marks this directory as an EAGLE-3 draft rather than a model (None: nothing does): a draft
         architecture, speculators' draft config, or the draft-only tensors (vocab mapping, fusion layer)."""
-        arches = self.config.get("architectures") if isinstance(self.config.get("architectures"), list) else []
+        arches = self.config.get("architectures")
+        arches = arches if isinstance(arches, list) else []
         eagle = [a for a in arches if isinstance(a, str) and "eagle" in a.lower()]
         if eagle:
             return f"architectures {eagle}"
@@ -446,8 +448,8 @@ class Checkpoint:
             return "automodel"
         if any(t.startswith("midlayer.") for t in self.tensors):
             return "specforge"
-        eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-        if MODELOPT_EAGLE_KEYS & set(eagle):
+        eagle = cfg.get("eagle_config")
+        if isinstance(eagle, dict) and MODELOPT_EAGLE_KEYS & set(eagle):
             return "modelopt"
         return "sglang"
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from contracts.checkpoint import InputError
 from contracts.conventions import TRAINERS
 from contracts.engine_profile import convert_targets, default_engine, profiles, serving_engine, serving_engines
+from contracts.engine_spec import EngineSpec, EngineSpecError
 from contracts.input_bounds import one_line
 
 FORMATS = ("text", "json", "junit", "markdown")
@@ -145,25 +146,34 @@ def _runners() -> tuple[str, ...]:
     return tuple(sorted({r for p in profiles().values() for r in p.runners}))
 
 
-def _check_engine(spec: str) -> None:
-    """A usable engine spec: the release of an in-process engine installed here, or a release on the package
-    index."""
-    from contracts.engines import EngineSpecError, canonical, parse_spec
+def _engine(text: str, runner: str | None = None) -> EngineSpec:
+    """``--engine`` (and ``--runner``) parsed once, here, into the engine path every later step is given: the release
+    of an in-process engine installed here, or a release on the package index; else a usage error."""
     from contracts.engines.inprocess import installed_release, judged_in_process
 
     try:
-        name, version = parse_spec(canonical(spec))
-        if version is None:
-            if installed_release(name) is None:
-                raise UsageError(f"{profiles()[name].label} is not installed in this environment: run through `tox "
-                                 f"-e check`, or name a release (--engine {name}==X) to use its own cached "
-                                 "environment")
-        elif not judged_in_process(name, version):
-            from contracts.engines.environments import check_release
-
-            check_release(name, version)
+        spec = EngineSpec.parse(text)
     except EngineSpecError as e:
         raise UsageError(str(e)) from None
+    if runner:
+        try:
+            spec = spec.with_runner(runner)
+        except EngineSpecError as e:
+            raise UsageError(f"--runner {runner}: {e}") from None
+    try:
+        release = spec.canonical()
+        if release.version is None:
+            if installed_release(spec.profile) is None:
+                raise UsageError(f"{spec.profile.label} is not installed in this environment: run through `tox "
+                                 f"-e check`, or name a release (--engine {spec.name}==X) to use its own cached "
+                                 "environment")
+        elif not judged_in_process(release):
+            from contracts.engines.environments import check_release
+
+            check_release(release)
+    except EngineSpecError as e:
+        raise UsageError(str(e)) from None
+    return spec
 
 
 def _selected(only: str | None) -> list[str] | None:
@@ -198,27 +208,16 @@ def _guard_output(output: str | None, inputs: list[Path]) -> None:
         raise UsageError(f"--output {output}: not writable")
 
 
-def _with_runner(engine: str, runner: str | None) -> str:
-    """ENGINE asking for RUNNER (``--runner``), or a usage error naming why it cannot."""
-    from contracts.engines import EngineSpecError, with_runner
-
-    try:
-        return with_runner(engine, runner) if runner else engine
-    except EngineSpecError as e:
-        raise UsageError(f"--runner {runner}: {e}") from None
-
-
 def _run_check(args) -> int:
     from contracts.report import exit_code, render
     from contracts.subject import Subject, report
 
-    args.engine = _with_runner(args.engine, args.runner)
-    _check_engine(args.engine)
+    engine = _engine(args.engine, args.runner)
     only = _selected(args.only)
     if args.examples:
         from contracts.bundled import bundled_subjects
 
-        subjects = bundled_subjects(engine=args.engine)
+        subjects = bundled_subjects(engine=engine)
         if not subjects:
             raise UsageError("no bundled examples (fixtures/manifest.json) next to this installation")
     else:
@@ -227,14 +226,14 @@ def _run_check(args) -> int:
         from contracts.builds import read_record, subject_for
         from contracts.bundled import bundled_subject_for
 
-        bundled = None if args.trainer else bundled_subject_for(args.checkpoint, args.engine, args.target)
+        bundled = None if args.trainer else bundled_subject_for(args.checkpoint, engine, args.target)
         if Path(args.checkpoint).is_dir() and read_record(args.checkpoint) is not None:  # a build-tiny output
-            subjects = [subject_for(args.checkpoint, args.engine, name=args.checkpoint, target=args.target)]
+            subjects = [subject_for(args.checkpoint, engine, name=args.checkpoint, target=args.target)]
         elif bundled is not None:  # a bundled example: with its trainer's reference forward and ids
             subjects = [bundled]
         else:
             subjects = [Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer,
-                                engine=args.engine)]
+                                engine=engine)]
     _guard_output(args.output, [s.checkpoint_path for s in subjects]
                   + [s.target_path for s in subjects if s.target_path])
     for s in subjects:  # validate every input before any engine work
@@ -256,15 +255,13 @@ def _run_matrix(args) -> int:
     from contracts.tables import matrix
     from contracts.subject import Subject
 
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines = [_engine(e.strip()) for e in args.engines.split(",") if e.strip()]
     if not engines:
         raise UsageError("matrix: give at least one engine in --engines")
-    for spec in engines:
-        _check_engine(spec)
     only = _selected(args.only)
     from contracts.bundled import bundled_subject_for
 
-    def subject(engine):  # a bundled example's directory: with its trainer's facts and reference, as check has it
+    def subject(engine: EngineSpec):  # a bundled example's directory: with its trainer's facts and reference, as check has it
         bundled = None if args.trainer else bundled_subject_for(args.checkpoint, engine, args.target)
         return bundled or Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer, engine=engine)
 
@@ -324,18 +321,15 @@ def _finish_examples(reports: list[dict], args) -> int:
 def _run_convert(args) -> int:
     """Write DST for the engine release, judge it there; exit 1 when it is still not served as trained."""
     from contracts.convert_command import convert
-    from contracts.engines import EngineSpecError, parse_spec
     from contracts.report import render
 
-    try:
-        to = args.to or (parse_spec(args.engine)[0] if args.engine else None)
-    except EngineSpecError as e:
-        raise UsageError(str(e)) from None
+    engine = _engine(args.engine) if args.engine else None
+    to = args.to or (engine.name if engine else None)
     if to is None:
         raise UsageError("convert: give --to sglang|vllm (or --engine NAME==VERSION)")
-    engine = args.engine or to
-    _check_engine(engine)
-    c = convert(args.src, args.dst, to=to, target=args.target, engine=engine, trainer=args.trainer,
+    if engine is not None and engine.name != to:
+        raise InputError(f"--engine {engine} is not a {to} release (--to {to})")
+    c = convert(args.src, args.dst, target=args.target, engine=engine or _engine(to), trainer=args.trainer,
                 verbatim=args.verbatim, link=args.link)
     paths = [c.report, *c.other_reports]
     if len(paths) > 1:  # one report per path of the release: named by it
@@ -386,8 +380,7 @@ def _run_accept(args) -> int:
 
     if args.tokens < 1 or args.prompts < 1 or args.max_tokens < 1 or args.temperature < 0:
         raise UsageError("accept: --tokens, --prompts and --max-tokens must be at least 1, --temperature at least 0")
-    engine = _with_runner(args.engine, args.runner)
-    _check_engine(engine)
+    engine = _engine(args.engine, args.runner)
     _guard_output(args.output, [Path(args.draft), Path(args.target)])
     try:
         result = measure(args.draft, args.target, engine=engine, tokens=args.tokens, prompts=args.prompts,

@@ -60,7 +60,8 @@ def trained_embedding_frozen(ckpt_config: dict) -> str | None:
 
 
 def switches_in(flat: dict, original: dict) -> dict[str, bool]:
-    eagle = flat.get("eagle_config") if isinstance(flat.get("eagle_config"), dict) else {}
+    nested = flat.get("eagle_config")
+    eagle: dict = nested if isinstance(nested, dict) else {}
     found = {}
     for key in SWITCHES:
         for source in (eagle, flat, original):
@@ -85,10 +86,11 @@ def rope_scaled(scaling: dict | None) -> bool:
     return scaling is not None and rope_type(scaling) != "default"
 
 
-def draft_only_scaling(subject, scaling: dict) -> tuple[str, str]:
+def draft_only_scaling(subject, scaling: dict | None) -> tuple[str, str]:
     """A draft whose config scales its rope where the target does not: the engine applies it to every position.
     Model Optimizer's export writes yarn (factor 32) over a default training rope unless told not to, so for its
     drafts the warning names that rule (forward-parity measures what it costs against the trainer's own forward)."""
+    scaling = scaling or {}
     detail = ", ".join(f"{k} {v}" for k, v in scaling.items() if k not in ("rope_type", "type", "rope_theta"))
     text = (f"the draft's config scales its rope ({rope_type(scaling)}: {detail}) and the target's does not: the "
             f"engine applies it at every draft position")

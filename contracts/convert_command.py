@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.checkpoint import CONVERSION_RECORD_KEY, Checkpoint, InputError
-from contracts.engine_profile import convert_targets, default_engine, profile, profiles
+from contracts.engine_profile import convert_targets, default_engine, profile
 from contracts.engine_spec import EngineSpec
+from contracts.observations import AuxCaptureObservation, LoadObservation, PathObservation
 from contracts.hand_conversion import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
 
 IDS = "eagle_aux_hidden_state_layer_ids"
@@ -40,12 +41,12 @@ RECORD_KEY = CONVERSION_RECORD_KEY
 class Conversion:
     src: Path
     dst: Path
-    engine: str
+    engine: EngineSpec
     form: str  # "faithful" or "verbatim"
     config: dict
     notes: list[str] = field(default_factory=list)  # what was written and why
     not_faithful: list[str] = field(default_factory=list)  # why DST is not served as trained (empty: it is)
-    report: dict | None = None  # the contracts' report on DST, on the path a GPU deployment takes (subject.report)
+    report: dict = field(default_factory=dict)  # the contracts' report on DST, on the path a GPU deployment takes (subject.report)
     other_reports: list[dict] = field(default_factory=list)  # on the release's other paths (vLLM's other runner)
     renames: dict = field(default_factory=dict)  # tensor old name -> new name, as the engine's loader asked
 
@@ -88,12 +89,10 @@ def ids_read(cfg: dict, key: str) -> list[int] | None:
     return cfg.get(IDS) if key == IDS else (cfg.get("eagle_config") or {}).get(IDS)
 
 
-def conversion_record(trained: dict | None, engine: str, src: Path, form: str, paths: list[str]) -> dict:
+def conversion_record(trained: dict | None, engine: EngineSpec, src: Path, form: str, paths: list[str]) -> dict:
     """What the copy records of itself (``RECORD_KEY``): the trainer, the ids it trained with in its own convention,
     the transformers ``hidden_states`` they are, the engine release (and paths) it was made and proven for."""
-    from contracts.engines import release
-
-    out = {"made_for": release(engine), "proven_on": paths, "form": form, "source": str(src), "by": "eagle3-contracts"}
+    out = {"made_for": str(engine.release()), "proven_on": paths, "form": form, "source": str(src), "by": "eagle3-contracts"}
     if trained:
         out.update(trainer=trained["name"], trainer_aux_ids=list(trained["ids"]),
                    trained_hidden_states=list(trained["hf_hidden_states"]))
@@ -111,14 +110,14 @@ def bundled_facts(src: Path, target: Path | None) -> dict | None:
     draft's directory, as ``check`` judges it; None for any other directory."""
     from contracts.bundled import bundled_subject_for
 
-    bundled = bundled_subject_for(src, default_engine(), target)
+    bundled = bundled_subject_for(src, EngineSpec(default_engine()), target)
     if bundled is None:
         return None
     return {k: getattr(bundled, k) for k in ("intended_ids", "trainer_aux_ids", "reference_path")
             if getattr(bundled, k) is not None}
 
 
-def _subject(src: Path, target: Path | None, engine: str, trainer: str | None, served_as: Path, **facts):
+def _subject(src: Path, target: Path | None, engine: EngineSpec, trainer: str | None, served_as: Path, **facts):
     from contracts.subject import Subject
 
     return Subject(src.name, src, target, trainer=trainer, engine=engine, served_as=served_as, **facts)
@@ -130,10 +129,10 @@ class Observed:
     the layers the trainer trained on and the path judged; ``why`` says what could not be observed (its fields are
     then None)."""
 
-    load: object | None = None
-    aux: object | None = None
+    load: LoadObservation | None = None
+    aux: AuxCaptureObservation | None = None
     trained: dict | None = None
-    path: object | None = None
+    path: PathObservation | None = None
     why: str | None = None
 
 
@@ -173,15 +172,17 @@ def align_aux_ids(cfg: dict, firsts: list[Observed], reobserve) -> tuple[dict, l
     Returns (config, notes, reasons it could not be aligned)."""
     observed_all = firsts
     for attempt in (0, 1):
-        missing = next((o for o in observed_all if o.aux is None), None)
+        missing = next((o for o in observed_all if o.aux is None or o.trained is None), None)
         if missing is not None:
             return cfg, [], [f"aux layer ids not aligned{_on(missing)}: {missing.why}"]
-        trained = observed_all[0].trained
+        captures = [(o, o.aux) for o in observed_all if o.aux is not None]
+        trained = observed_all[0].trained or {}
         wanted = list(trained["hf_hidden_states"])
         trained_on = f"{trained['name']} trained on hidden_states {wanted} (its ids {trained['ids']})"
-        misaligned, ids_for, key = [], None, None
-        for o in observed_all:
-            aux, label = o.aux, f"{o.aux.engine['name']} {o.aux.engine['version']}{_on(o)}"
+        misaligned: list[tuple[str, AuxCaptureObservation, list[int]]] = []
+        ids_for, key = None, None
+        for o, aux in captures:
+            label = f"{aux.engine['name']} {aux.engine['version']}{_on(o)}"
             captured = aux.hf_indices or aux.layers_to_capture
             if aux.configure_error or captured is None:
                 reason = aux.configure_error or aux.evidence_reason or "its capture could not be observed"
@@ -192,14 +193,14 @@ def align_aux_ids(cfg: dict, firsts: list[Observed], reobserve) -> tuple[dict, l
             ids_for = ids_for or aux.ids_for_trainer_layers
             key = key or aux.ids_key
         key = key or SGLANG_IDS_KEY
-        labels = ", ".join(f"{o.aux.engine['name']} {o.aux.engine['version']}{_on(o)}" for o in observed_all)
+        labels = ", ".join(f"{aux.engine['name']} {aux.engine['version']}{_on(o)}" for o, aux in captures)
         if not misaligned:
             written = ids_read(cfg, key)
             s, readers = ("s", "it reads") if len(observed_all) == 1 else ("", "both runners read")
             note = (f"aux layer ids: wrote {written} ({labels} then capture{s} hidden_states {wanted}; {trained_on}; "
                     f"at {key}, where {readers} them)" if attempt else
                     f"aux layer ids kept as {written if written is not None else 'the default'}: {labels} with "
-                    f"{observed_all[0].aux.target_class} capture{s} hidden_states {wanted}; {trained_on}")
+                    f"{captures[0][1].target_class} capture{s} hidden_states {wanted}; {trained_on}")
             return cfg, [note], []
         if attempt or ids_for is None:
             return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class} captures hidden_states "
@@ -251,28 +252,26 @@ def engine_layer_count(cfg: dict, load) -> tuple[dict, list[str]]:
     return {**cfg, **fix}, [note]
 
 
-def convert(src, dst, *, to: str, target=None, engine: str | None = None, trainer: str | None = None,
+def convert(src, dst, *, engine: EngineSpec, target=None, trainer: str | None = None,
             verbatim: bool = False, link: bool = False, facts: dict | None = None) -> Conversion:
-    """Write the copy of SRC that ENGINE (default: the ``to`` engine as installed or pinned) serves as trained
+    """Write the copy of SRC that ENGINE (a release, or the engine as installed or pinned) serves as trained
     into DST (new or empty), then judge DST with every contract on that engine. ``verbatim``: the naive copy (the
     speculators config flattened, ids as saved), judged the same way. ``facts``: what a build record knows
     (``trainer_aux_ids``, ``trainer_hidden_states``). Raises InputError before writing anything it cannot use."""
     from contracts.conventions import TRAINERS
-    from contracts.engines import parse_spec
     from contracts.subject import report
 
+    to = engine.name
     if to not in convert_targets():
-        own = profile(to).label if to in profiles() else to
+        own = profile(to).label
         raise InputError(f"convert writes copies for {' and '.join(convert_targets())}; {own} serves what its own "
                          f"converter writes (check --engine {to} judges the draft as that converter converts it)")
     src, dst = Path(src).resolve(), Path(dst).resolve()
     ckpt = Checkpoint.open(src)
     target_path = None if target is None else Path(target).resolve()
     check_destination(src, dst, target_path)
-    engine = engine or to
-    if parse_spec(engine)[0] != to:
-        raise InputError(f"--engine {engine} is not a {to} release (--to {to})")
-    record = ckpt.config.get(RECORD_KEY) if isinstance(ckpt.config.get(RECORD_KEY), dict) else {}
+    recorded = ckpt.config.get(RECORD_KEY)
+    record: dict = recorded if isinstance(recorded, dict) else {}
     if trainer and record.get("trainer") and trainer != record["trainer"]:
         raise InputError(f"{src}/config.json: this copy records that {record['trainer']} trained it ({RECORD_KEY}), "
                          f"but --trainer says {trainer}")
@@ -300,7 +299,7 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     skipped = files_to_copy(src)[1]
     if skipped:
         conversion.notes.append(f"not copied: {', '.join(skipped)}")
-    renames = {}
+    renames: dict[str, str] = {}
     scratch = Path(tempfile.mkdtemp(prefix="eagle3-contracts-convert-"))
     try:  # the load and the capture under the base config come from one observation per path
         first = observe(src, cfg, target_path, engine, trainer, scratch / "base", facts)
@@ -323,8 +322,8 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
         shutil.rmtree(scratch, ignore_errors=True)
     trained = first.trained or _subject(src, target_path, engine, trainer, src, **facts).trainer_layers
     cfg[RECORD_KEY] = conversion_record(trained, engine, src, conversion.form,
-                                        [first.path.judged if first.path else engine] +
-                                        [EngineSpec.parse(e).runner or e for e in engines[1:]])
+                                        [first.path.judged if first.path else str(engine)] +
+                                        [e.runner or str(e) for e in engines[1:]])
     conversion.config = cfg
     conversion.renames = renames
     write_copy(src, cfg, dst, link=link, renames=renames)
@@ -341,11 +340,9 @@ def convert(src, dst, *, to: str, target=None, engine: str | None = None, traine
     return conversion
 
 
-def other_paths(engine: str, path) -> list[str]:
+def other_paths(engine: EngineSpec, path) -> list[EngineSpec]:
     """ENGINE asking for each path of the release other than the one judged by default (vLLM: the other model
     runner, where the release has two): `convert` proves its copy on every one."""
-    from contracts.engines import with_runner
-
     if path is None or path.kind != "runner":
         return []
-    return [with_runner(engine, r) for r in path.available if r != path.judged]
+    return [engine.with_runner(r) for r in path.available if r != path.judged]

@@ -90,6 +90,8 @@ def _load(path: Path) -> EngineProfile:
     """The PROFILE of the file at PATH, read by path: an engine package's ``__init__`` (which imports the engine's
     adapters) never runs to learn what the engine is."""
     spec = importlib.util.spec_from_file_location(f"eagle3_contracts_profile_{path.parent.name}", path)
+    if spec is None or spec.loader is None:
+        raise TypeError(f"{path}: not a Python module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     profile = getattr(module, "PROFILE", None)

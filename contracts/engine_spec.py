@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from contracts.engine_profile import default_engine, profiles, serving_engine  # noqa: F401  (re-exported)
+from contracts.engine_profile import EngineProfile, default_engine, profiles, serving_engine  # noqa: F401  (re-exported)
 
 # Every engine, by name, from its own folder's profile (contracts/engines/<name>/profile.py)
 ENGINES = tuple(profiles())
@@ -35,8 +35,8 @@ class EngineSpec:
     def parse(cls, spec: "str | EngineSpec") -> "EngineSpec":
         if isinstance(spec, EngineSpec):
             return spec
-        base, sep, runner = spec.strip().partition(":")
-        runner = (runner.strip().lower() or None) if sep else None
+        base, sep, asked = spec.strip().partition(":")
+        runner = (asked.strip().lower() or None) if sep else None
         name, sep, version = base.partition("==")
         if name not in ENGINES:
             raise EngineSpecError(f"unsupported engine {name!r} (supported: "
@@ -65,6 +65,11 @@ class EngineSpec:
 
     def with_runner(self, runner: str | None) -> "EngineSpec":
         return EngineSpec.parse(str(replace(self, runner=runner)))
+
+    @property
+    def profile(self) -> EngineProfile:
+        """The engine's own description (its folder's ``profile.py``)."""
+        return profiles()[self.name]
 
     @property
     def label(self) -> str:

@@ -158,7 +158,8 @@ def write_selected_safetensors(sources: dict[str, Path], dst: Path, chunk: int =
                 (n,) = struct.unpack("<Q", f.read(8))
                 files[path] = (8 + n, json.loads(f.read(n)))
         headers[name] = files[path][1][name]
-    out, offset = {"__metadata__": {"format": "pt"}}, 0
+    out: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+    offset = 0
     for name, entry in headers.items():
         size = entry["data_offsets"][1] - entry["data_offsets"][0]
         out[name] = {"dtype": entry["dtype"], "shape": entry["shape"], "data_offsets": [offset, offset + size]}

@@ -15,7 +15,7 @@ class Observation:
     """Base of the top-level observations an adapter returns: plain data that survives JSON."""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
 
 
 class SurfaceObservation(Observation, dict):

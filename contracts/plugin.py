@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.engine_spec import EngineSpec
 from contracts.registry import FAIL, SKIP, WARN
 
 _SUBJECTS_KEY = pytest.StashKey[list]()
@@ -54,26 +55,25 @@ def pytest_addoption(parser):
                     help="judge every vLLM engine of this run on this model runner instead of its release's default")
 
 
-def engines(config) -> list[str]:
-    """The engine specs of this run (``--engine``, default the engine installed here; ``--runner`` applied to the
-    ones that name no runner and whose engine has it)."""
-    from contracts.engine_spec import RUNNERS, default_engine
-    from contracts.engines import parse_spec, runner_of, with_runner
+def engines(config) -> list[EngineSpec]:
+    """The engine paths of this run, parsed here once (``--engine``, default the engine installed here; ``--runner``
+    applied to the ones that name no runner and whose engine has it); a usage error names a bad one."""
+    from contracts.engine_spec import EngineSpecError, default_engine
 
-    specs = config.getoption("contracts_engine") or [default_engine()]
+    try:
+        specs = [EngineSpec.parse(s) for s in config.getoption("contracts_engine") or [default_engine()]]
+    except EngineSpecError as e:
+        raise pytest.UsageError(str(e)) from None
     runner = config.getoption("contracts_runner", None)
     if not runner:
         return specs
-    return [with_runner(s, runner) if runner in RUNNERS.get(parse_spec(s)[0], ()) and runner_of(s) is None else s
-            for s in specs]
+    return [s.with_runner(runner) if runner in s.profile.runners and s.runner is None else s for s in specs]
 
 
-def _named(name: str, engine: str) -> str:
-    from contracts.engines import canonical
-
+def _named(name: str, engine: EngineSpec) -> str:
     from contracts.engine_spec import default_engine
 
-    return name if engine == default_engine() else f"{name}@{canonical(engine)}"
+    return name if engine == EngineSpec(default_engine()) else f"{name}@{engine.canonical()}"
 
 
 def pytest_configure(config):
@@ -82,14 +82,8 @@ def pytest_configure(config):
     checkpoints, targets = config.getoption("checkpoint"), config.getoption("target")
     if len(targets) > len(checkpoints):
         raise pytest.UsageError("--target given without a matching --checkpoint")
-    from contracts.engines import EngineSpecError, parse_spec
     from contracts.subject import Subject
 
-    try:
-        for spec in engines(config):
-            parse_spec(spec)
-    except EngineSpecError as e:
-        raise pytest.UsageError(str(e)) from None
     from contracts.builds import read_record, subject_for, twin_expectations
     from contracts.checkpoint import InputError
     from contracts.input_bounds import one_line
@@ -137,15 +131,13 @@ _BUILDS_KEY = pytest.StashKey[dict]()
 _REPRODUCE: dict[str, list[str]] = {}
 
 
-def _engine_args(engine: str) -> list[str]:
-    from contracts.engines import canonical
-
+def _engine_args(engine: EngineSpec) -> list[str]:
     from contracts.engine_spec import default_engine
 
-    return [] if engine == default_engine() else ["--engine", canonical(engine)]
+    return [] if engine == EngineSpec(default_engine()) else ["--engine", str(engine.canonical())]
 
 
-def reproduce(subject_name: str, engine: str, contract_id: str) -> str:
+def reproduce(subject_name: str, engine: EngineSpec, contract_id: str) -> str:
     """The pytest command that judges this item again, as it was asked for (a bundled subject, which this
     repository's conftest adds: the contract on every bundled subject under that engine)."""
     import shlex
@@ -246,12 +238,12 @@ class ContractItem(pytest.Item):
         self.add_marker("contracts")
 
     def runtest(self):
-        from contracts.engines import canonical, close_others
+        from contracts.engines import close_others
         from contracts.checks import select
 
         close_others(self.subject.engine)  # items come grouped by engine release: the previous one is done
 
-        self.user_properties += [("subject", self.subject.name.split("@")[0]), ("engine", canonical(self.subject.engine)),
+        self.user_properties += [("subject", self.subject.name.split("@")[0]), ("engine", str(self.subject.engine.canonical())),
                                  ("contract", self.contract_id)]
         (contract,) = select([self.contract_id])
         only = self.config.getoption("contracts_only")
@@ -337,7 +329,7 @@ class AcceptItem(BuildItem):
     acceptance length falls more than ``accept.NOISE`` below the bundled draft's: a training change that serves
     fine at step 0 yet no longer converges to a draft the engine accepts."""
 
-    def __init__(self, *, engine: str, **kwargs):
+    def __init__(self, *, engine: EngineSpec, **kwargs):
         super().__init__(**kwargs)
         self.engine = engine
 
@@ -347,7 +339,7 @@ class AcceptItem(BuildItem):
         from contracts.accept import AcceptUnavailable, ServingRefused
         from contracts.trainers.converged_build import compare_to_twin
 
-        self.user_properties += [("trainer", self.trainer), ("engine", self.engine)]
+        self.user_properties += [("trainer", self.trainer), ("engine", str(self.engine))]
         if "error" in self.built:
             raise BuildFailed(self.built["error"])
         try:
@@ -362,22 +354,20 @@ class AcceptItem(BuildItem):
         return self.built.get("directory", "converged build"), None, f"accept[{self.trainer}]"
 
 
-def _accept_engine(config) -> str:
+def _accept_engine(config) -> EngineSpec:
     """The release ``accept[...]`` measures on: the run's first release of the engine accept measures by default
     (``serving_engine``: vLLM), else its pinned one, on the runner its serving loop runs on a CPU (vLLM: V1)."""
     from contracts.accept import serving_loop
     from contracts.engine_spec import serving_engine
-    from contracts.engines import parse_spec
 
     for spec in engines(config):
-        if parse_spec(spec)[0] == serving_engine():
+        if spec.name == serving_engine():
             return serving_loop(spec).check_spec
-    return serving_loop(serving_engine()).check_spec
+    return serving_loop(EngineSpec(serving_engine())).check_spec
 
 
 class ContractsCollector(pytest.Collector):
     def collect(self):
-        from contracts.engines import release
         from contracts.checks import select
 
         group = _group_suffix(self.config)
@@ -394,7 +384,7 @@ class ContractsCollector(pytest.Collector):
             for contract in select(ids):
                 # `-n N --dist loadgroup` gives each engine release one worker (one environment, one engine start,
                 # both of its vLLM runners)
-                name = f"{contract.id}[{subject.name}]{group(release(subject.engine))}"
+                name = f"{contract.id}[{subject.name}]{group(str(subject.engine.release()))}"
                 item = ContractItem.from_parent(self, name=name, contract_id=contract.id, subject=subject)
                 why = expected.get((subject.name, contract.id))
                 if why:

@@ -10,18 +10,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from contracts.engine_spec import EngineSpec
 from contracts.engines.recorded import Recording, Replayed
 from contracts.manifest import FIXTURES
 
 OBSERVED = FIXTURES / "observed"
 
 
-def recordings_dir(release: str) -> Path:
-    """Where the recordings of engine RELEASE (``sglang==0.5.23``) are kept."""
-    return OBSERVED / release.replace("==", "-").replace(":", "-")
+def recordings_dir(release: EngineSpec) -> Path:
+    """Where the recordings of engine RELEASE (``sglang==0.5.23``, with its runner where one was asked for) are
+    kept."""
+    return OBSERVED / str(release).replace("==", "-").replace(":", "-")
 
 
-def placeholders(subject) -> dict[str, Path]:
+def placeholders(subject) -> dict[str, Path | None]:
     """The directories a subject's answers may name, by the placeholder a recording keeps instead."""
     served = subject.engine_dir if subject.engine_dir != subject.checkpoint_path else None
     return {"{repo}": FIXTURES.parent, "{served}": served}
@@ -33,18 +35,18 @@ def record_subject(subject) -> dict:
     recording = Recording(subject.adapter, placeholders(subject))
     subject.__dict__["adapter"] = recording
     results = subject.run()
-    return {"subject": subject.name, "engine": recording.spec, "answers": recording.answers,
+    return {"subject": subject.name, "engine": str(recording.spec), "answers": recording.answers,
             "verdicts": {r.contract: r.status for r in results}}
 
 
 def replay_subject(subject, recorded: dict):
     """SUBJECT answered by RECORDED's engine answers instead of an engine (the same subject the recording was made
     of: its checkpoint, target and reference are read as usual)."""
-    subject.__dict__["adapter"] = Replayed(recorded["engine"], recorded["answers"], placeholders(subject))
+    subject.__dict__["adapter"] = Replayed(EngineSpec.parse(recorded["engine"]), recorded["answers"], placeholders(subject))
     return subject
 
 
-def load_recordings(release: str) -> dict[str, dict]:
+def load_recordings(release: EngineSpec) -> dict[str, dict]:
     """Every recording of RELEASE, by example name."""
     return {p.stem: json.loads(p.read_text()) for p in sorted(recordings_dir(release).glob("*.json"))}
 
@@ -53,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from contracts.bundled import bundled_subjects
-    from contracts.engine_spec import EngineSpec, default_engine
-    from contracts.engines import canonical
+    from contracts.engine_spec import default_engine
 
     parser = argparse.ArgumentParser(prog="python -m contracts.recordings")
     parser.add_argument("--engine", default=default_engine(),
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # as tox runs the suite (OMP_NUM_THREADS=1): the same accumulation order
-    spec = EngineSpec.parse(canonical(args.engine))
-    subjects = bundled_subjects(str(spec))
+    spec = EngineSpec.parse(args.engine).canonical()
+    subjects = bundled_subjects(spec)
     out = None
     for subject in subjects:
         try:
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             subject.close()
         if out is None:  # the release the engine says it is (the installed one, for a bare in-process name)
             info = recorded["answers"]["info"]["result"]
-            out = recordings_dir(str(EngineSpec(spec.name, spec.version or info["version"], spec.runner)))
+            out = recordings_dir(EngineSpec(spec.name, spec.version or info["version"], spec.runner))
             out.mkdir(parents=True, exist_ok=True)
         (out / f"{subject.name}.json").write_text(json.dumps(recorded, sort_keys=True, indent=0) + "\n")
         print(subject.name, recorded["verdicts"])

@@ -195,7 +195,7 @@ def _made(subject, trainer: str, release: str, why: str, synthetic: bool, form: 
     home = _cache_root() / key
     home.parent.mkdir(parents=True, exist_ok=True)
     out, summary, synthetic_dir = home / "reference.safetensors", home / "summary.json", home / "synthetic-target"
-    base = dict(origin="made on the spot", trainer=trainer, version=release, version_from=why)
+    base: dict = dict(origin="made on the spot", trainer=trainer, version=release, version_from=why)
     with open(home.parent / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if summary.is_file():

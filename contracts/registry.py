@@ -49,13 +49,27 @@ class SubjectView(Protocol):
     target_path: Path | None
     reference_path: Path | None  # the bundled or recorded reference, if any (``reference`` is the one judged)
     intended_ids: list[int] | None
-    engine_dir: Path  # the directory the engine reads (the checkpoint, or the conversion judged)
-    converted: bool  # the engine reads a conversion of the checkpoint, not the directory as saved
-    trainer_name: str | None
-    trainer_format: str
-    trainer_basis: tuple[str, bool]
-    trainer_layers: dict | None
-    trainer_switches: tuple[dict, str] | None
+
+    @property
+    def engine_dir(self) -> Path: ...  # the directory the engine reads (the checkpoint, or the conversion judged)
+
+    @property
+    def converted(self) -> bool: ...  # the engine reads a conversion of the checkpoint, not the directory as saved
+
+    @property
+    def trainer_name(self) -> str | None: ...
+
+    @property
+    def trainer_format(self) -> str: ...
+
+    @property
+    def trainer_basis(self) -> tuple[str, bool]: ...
+
+    @property
+    def trainer_layers(self) -> dict | None: ...
+
+    @property
+    def trainer_switches(self) -> tuple[dict, str] | None: ...
 
     @property
     def checkpoint(self): ...  # contracts.checkpoint.Checkpoint
@@ -88,7 +102,7 @@ class SubjectView(Protocol):
 
     def convert_command(self, verbatim: bool = True) -> str: ...
 
-    def ignored_switches(self) -> dict: ...
+    def ignored_switches(self) -> list[str]: ...
 
     def later_step_switches(self) -> list[str]: ...
 

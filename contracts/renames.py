@@ -40,8 +40,8 @@ def candidate_names(key: str) -> list[str]:
 
 def config_switches(dropped: list[str], num_hidden_layers: int) -> list[dict]:
     """Config changes worth asking the engine about for these dropped keys."""
-    switches = [dict(s) for s in CONFIG_SWITCHES]
-    deepest = max((layer_index(k) for k in dropped if layer_index(k) is not None), default=None)
+    switches: list[dict] = [dict(s) for s in CONFIG_SWITCHES]
+    deepest = max((i for i in map(layer_index, dropped) if i is not None), default=None)
     if deepest is not None and deepest >= num_hidden_layers:
         switches.append({"num_hidden_layers": deepest + 1})
     return switches
@@ -49,7 +49,7 @@ def config_switches(dropped: list[str], num_hidden_layers: int) -> list[dict]:
 
 def layers_held(reached_params: list[str]) -> int | None:
     """How many decoder layers the checkpoint's tensors reached (1 + the deepest layer index), if any."""
-    deepest = max((layer_index(k) for k in reached_params if layer_index(k) is not None), default=None)
+    deepest = max((i for i in map(layer_index, reached_params) if i is not None), default=None)
     return None if deepest is None else deepest + 1
 
 

@@ -132,7 +132,7 @@ def table(reports: list[dict]) -> str:
         by = {r["contract"]: r["status"] for r in rep["results"]}
         known = {r["contract"] for r in rep["results"] if r.get("expected_failure")}
         rows.append(f"{name:<{width}}  " + "  ".join(
-            f"{MARK.get(by.get(c), '-') + (' (known)' if c in known else ''):<14}" for c in contracts))
+            f"{MARK.get(by.get(c, ''), '-') + (' (known)' if c in known else ''):<14}" for c in contracts))
     return "\n".join(rows)
 
 
@@ -208,7 +208,7 @@ def render_junit(reports: list[dict]) -> str:
             if value:
                 ET.SubElement(properties, "property", name=name, value=value)
         for r in results:
-            case = ET.SubElement(suite, "testcase", classname=suite.get("name"), name=r["contract"])
+            case = ET.SubElement(suite, "testcase", classname=suite.get("name", ""), name=r["contract"])
             detail = json.dumps({"evidence": r["evidence"], "fix": r.get("fix")}, indent=1, default=str)
             if r["status"] == FAIL:
                 ET.SubElement(case, "failure", message=r["summary"]).text = detail

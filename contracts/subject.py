@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError, text_config
-from contracts.engine_spec import default_engine
+from contracts.engine_spec import EngineSpec, default_engine
 from contracts.refusals import EngineRefused, NotADraft, TargetRefused
 from contracts.checks import mark_causes, select
 from contracts.registry import FAIL, SKIP, Result
@@ -31,9 +31,9 @@ class Subject:
     trainer: str | None = None  # the library that trained it, when known (else inferred from the format)
     trainer_aux_ids: list[int] | None = None  # the aux layer ids it trained on, in the trainer's convention
     reference_path: Path | None = None  # the trainer's own reference forward (inputs + step-0 logits), if any
-    # the engine under test ("<name>": installed here or pinned; "<name>==X"), judged on the path a GPU deployment of
-    # that release takes by default; "vllm==X:v1" / ":v2" asks for a model runner (default: the engine installed here)
-    engine: str = field(default_factory=default_engine)
+    # the engine under test (``sglang``: installed here or pinned; ``vllm==X``), judged on the path a GPU deployment
+    # of that release takes by default; ``vllm==X:v1`` / ``:v2`` asks for a model runner (default: the default engine)
+    engine: EngineSpec = field(default_factory=lambda: EngineSpec(default_engine()))
     # the transformers hidden_states indices the trainer trained on, when its build recorded them (build-tiny: read
     # off the installed release's own capture, which for some releases differs from the trainer's convention)
     trainer_hidden_states: list[int] | None = None
@@ -45,6 +45,8 @@ class Subject:
     no_reference_because: str | None = None
 
     def __post_init__(self):
+        if not isinstance(self.engine, EngineSpec):  # parsed once where it came in (the CLI, the plugin)
+            raise TypeError(f"Subject.engine is an EngineSpec, not {self.engine!r} (EngineSpec.parse it where it comes in)")
         self.checkpoint_path = Path(self.checkpoint_path)
         self.target_path = None if self.target_path is None else Path(self.target_path)
         self.served_as = None if self.served_as is None else Path(self.served_as)
@@ -89,9 +91,7 @@ class Subject:
         """The engine's ``PathObservation``: the code path a GPU deployment of this release takes for this draft by
         default (vLLM's model runner, SGLang's speculative worker), found from the release's own code, and the one
         judged (``engine`` asks for another with ``:v1`` / ``:v2``)."""
-        from contracts.engines import runner_of
-
-        return self.adapter.path(self.engine_dir, self.target_path, runner_of(self.engine))
+        return self.adapter.path(self.engine_dir, self.target_path, self.engine.runner)
 
     @property
     def runner(self) -> str | None:
@@ -126,19 +126,15 @@ class Subject:
 
     @property
     def engine_name(self) -> str:
-        from contracts.engines import parse_spec
-
-        return parse_spec(self.engine)[0]
+        return self.engine.name
 
     @property
     def converted(self) -> bool:
         """The engine reads a converted copy (a speculators checkpoint on an engine that cannot dispatch the saved
         format: its profile's ``flat_config_only``, SGLang), not the directory as saved (vLLM reads speculators'
         format natively)."""
-        from contracts.engine_profile import profile
-
         return self.served_as is None and self.trainer_format == "speculators" and \
-            profile(self.engine_name).flat_config_only
+            self.engine.profile.flat_config_only
 
     def judged_as(self) -> dict | None:
         """Which form of the checkpoint the verdicts are about: a ``convert`` output, the hand (verbatim) conversion
@@ -150,9 +146,7 @@ class Subject:
         if self.converted:
             return {"form": "converted", "conversion": "verbatim", "command": self.convert_command(),
                     "to_deploy": self.convert_command(verbatim=False)}
-        from contracts.engine_spec import ENGINE_NAMES
-
-        return {"form": "as saved", "why": f"{ENGINE_NAMES[self.engine_name]} reads speculators' config format natively"}
+        return {"form": "as saved", "why": f"{self.engine.profile.label} reads speculators' config format natively"}
 
     def convert_command(self, verbatim: bool = True) -> str:
         """The hand conversion the verdicts judge (``--verbatim``), or the faithful one to deploy."""
@@ -165,7 +159,7 @@ class Subject:
             return (f"{command_prefix()} convert --to {self.engine_name} --verbatim {shlex.quote(src)} "
                     f"{shlex.quote(src + '-' + self.engine_name)}")
         target = shlex.quote(str(self.target_path)) if self.target_path else "TARGET"
-        engine = f" --engine {self.engine}" if "==" in self.engine else ""
+        engine = f" --engine {self.engine}" if self.engine.version else ""
         return (f"{command_prefix()} convert --to {self.engine_name} {shlex.quote(src)} "
                 f"{shlex.quote(src + '-' + self.engine_name)} --target {target}{engine}")
 
@@ -199,8 +193,9 @@ class Subject:
 
         if self.trainer:
             return self.trainer
-        if (self.conversion_record or {}).get("trainer"):
-            return self.conversion_record["trainer"]
+        recorded = (self.conversion_record or {}).get("trainer")
+        if recorded:
+            return recorded
         return self.trainer_format if self.trainer_format in TRAINERS else None
 
     @property
@@ -476,7 +471,6 @@ def path_record(subject: Subject) -> dict | None:
 
 def report(subject: Subject, only: list[str] | None = None) -> dict:
     """Run the selected contracts on one subject; the JSON document of docs/checking-a-draft.md."""
-    from contracts.engines import canonical
     from contracts.engines.environments import setup_seconds
 
     start, setup = time.perf_counter(), setup_seconds()
@@ -486,7 +480,7 @@ def report(subject: Subject, only: list[str] | None = None) -> dict:
             "checkpoint": str(subject.checkpoint_path),
             "target": None if subject.target_path is None else str(subject.target_path),
             "engine": subject.engine_info(),
-            "engine_spec": canonical(subject.engine),
+            "engine_spec": str(subject.engine.canonical()),
             "path": path_record(subject),
             "trainer_format": subject.trainer_format,
             "results": [r.to_dict() for r in results],

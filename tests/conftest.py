@@ -110,8 +110,11 @@ def judge_contract(contract_id: str | None, checkpoint, target=TARGET, **subject
     """Run one contract on a checkpoint dir with the pinned engine (or ``engine=``); returns the Result (contract_id
     None: every contract's, by id). ``subject_fields`` are Subject's optional fields (intended_ids, trainer,
     reference_path, engine, ...)."""
+    from contracts.engine_spec import EngineSpec
     from contracts.subject import Subject
 
+    if isinstance(subject_fields.get("engine"), str):  # a test names its engine as a user would: parsed here
+        subject_fields["engine"] = EngineSpec.parse(subject_fields["engine"])
     subject = Subject(Path(checkpoint).name, checkpoint, target, **subject_fields)
     try:
         results = subject.run([contract_id] if contract_id else None)

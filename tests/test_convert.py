@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from contracts.engine_spec import EngineSpec
 from contracts.cli import main
 from contracts.hand_conversion import speculators_to_sglang_config
 from tests.conftest import DRAFTS, FIXTURES, TARGET, tree_digest
@@ -258,13 +259,13 @@ def test_every_bundled_draft_after_convert_gets_its_documented_verdicts(engine):
 
     documented = json.loads(EXPECTED.read_text())["after_convert"]
     got = {}
-    for subject in bundled_subjects(engine=engine):
+    for subject in bundled_subjects(engine=EngineSpec.parse(engine)):
         try:
-            reps = matrix.converted_report(subject, engine)
+            reps = matrix.converted_report(subject, EngineSpec.parse(engine))
         finally:
             subject.close()
         for rep in reps:  # the release's default path, then (vLLM) its other runner: convert proves the copy on both
-            got.setdefault(documented_key(rep), {})[subject.name] = sorted(
+            got.setdefault(str(documented_key(rep)), {})[subject.name] = sorted(
                 r["contract"] for r in rep["results"] if r["status"] == "fail")
     assert sorted(got) == ([engine, f"{engine}:v1"] if engine.startswith("vllm") else [engine])
     for key, by in got.items():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import DRAFTS, TARGET, make_copy
 
-from contracts.engines import EngineSpecError, parse_spec
+from contracts.engine_spec import EngineSpec, EngineSpecError
 from contracts.engines.environments import check_release
 from contracts.engines.inprocess import InProcess
 from contracts.engines.remote import WorkerEngine, WorkerError
@@ -19,13 +19,13 @@ from contracts.engines.errors import EngineBuildError
 
 @pytest.fixture(scope="module")
 def worker():
-    engine = WorkerEngine("sglang(worker)", Path(sys.executable))
+    engine = WorkerEngine(EngineSpec("sglang"), Path(sys.executable))  # SGLang's adapter, this interpreter
     yield engine
     engine.close()
 
 
 def test_worker_observations_equal_the_in_process_ones(worker):
-    local = InProcess("sglang")
+    local = InProcess(EngineSpec("sglang"))
     draft = DRAFTS["specforge"]
     assert worker.info() == local.info()
     assert worker.load(draft).to_dict() == local.load(draft).to_dict()
@@ -36,7 +36,7 @@ def test_worker_observations_equal_the_in_process_ones(worker):
 def test_the_engines_refusal_crosses_the_worker_as_the_same_exception(worker, tmp_path):
     broken = make_copy(DRAFTS["specforge"], tmp_path / "d", config={"architectures": ["NoSuchEagle3"]})
     with pytest.raises(EngineBuildError) as local:
-        InProcess("sglang").load(broken)
+        InProcess(EngineSpec("sglang")).load(broken)
     with pytest.raises(EngineBuildError) as remote:
         worker.load(broken)
     assert str(remote.value) == str(local.value)
@@ -46,7 +46,7 @@ def test_a_worker_that_cannot_start_is_one_line(tmp_path):
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'ImportError: no sglang here' >&2\nexit 3\n")
     fake.chmod(0o755)
-    engine = WorkerEngine("sglang==9.9.9", fake)
+    engine = WorkerEngine(EngineSpec("sglang", "9.9.9"), fake)
     with pytest.raises(WorkerError, match=r"sglang==9.9.9 worker exited \(3\): ImportError: no sglang here"):
         engine.info()
     engine.close()
@@ -65,26 +65,26 @@ def test_worker_sees_only_this_package_not_this_environment(worker):
     ("vllm==0.32.0", ("vllm", "0.32.0")),
 ])
 def test_engine_specs(spec, expected):
-    assert parse_spec(spec) == expected
+    parsed = EngineSpec.parse(spec)
+    assert (parsed.name, parsed.version) == expected and str(parsed) == spec
 
 
 def test_a_bare_vllm_is_its_pinned_release_in_its_own_environment():
-    from contracts.engines import canonical
-
-    assert canonical("vllm") == "vllm==0.32.0" and canonical("sglang") == "sglang"
+    assert EngineSpec.parse("vllm").canonical() == EngineSpec("vllm", "0.32.0")
+    assert EngineSpec.parse("sglang").canonical() == EngineSpec("sglang")
 
 
 @pytest.mark.parametrize("spec", ["tgi", "sglang==", "vllm==", "trtllm==1.0"])
 def test_bad_engine_specs(spec):
     with pytest.raises(EngineSpecError):
-        parse_spec(spec)
+        EngineSpec.parse(spec)
 
 
 def test_any_release_on_the_index_is_accepted_and_another_is_refused_with_the_nearest():
-    check_release("sglang", "0.5.6")  # no recipe written for it: derived from its own metadata
-    check_release("vllm", "0.32.0")
+    check_release(EngineSpec("sglang", "0.5.6"))  # no recipe written for it: derived from its own metadata
+    check_release(EngineSpec("vllm", "0.32.0"))
     with pytest.raises(EngineSpecError, match=r"sglang==0.5.999 is not a release on the package index \(nearest: "):
-        check_release("sglang", "0.5.999")
+        check_release(EngineSpec("sglang", "0.5.999"))
 
 
 def test_an_environment_the_installer_cannot_make_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
@@ -93,11 +93,11 @@ def test_an_environment_the_installer_cannot_make_is_one_line_and_leaves_nothing
     from contracts.engines import environments
     from contracts.engines.recipes import Recipe
 
-    monkeypatch.setattr(environments, "derive", lambda name, version: Recipe(
-        name, version, ["eagle3-contracts-no-such-package-anywhere==1.0"]))
+    monkeypatch.setattr(environments, "derive", lambda release: Recipe(
+        release.name, release.version, ["eagle3-contracts-no-such-package-anywhere==1.0"]))
     monkeypatch.setenv("EAGLE3_CONTRACTS_ENVS", str(tmp_path / "envs"))
     with pytest.raises(environments.EnvironmentBuildError, match=r"could not make the sglang==0.0.1 environment"):
-        environments.environment_for("sglang", "0.0.1")
+        environments.environment_for(EngineSpec("sglang", "0.0.1"))
     left = sorted(p.name for p in (tmp_path / "envs").iterdir())
     assert not [n for n in left if not n.endswith((".log", ".lock")) and n != "uv-cache"], left
 
@@ -109,9 +109,9 @@ def _worker(name: str) -> WorkerEngine:
     from contracts.engines.environments import environment_for
 
     if name == "sglang":
-        return WorkerEngine("sglang(worker)", Path(sys.executable))
-    spec = {"vllm": "vllm==0.32.0", "llamacpp": "llamacpp==2026.10.11549"}[name]
-    return WorkerEngine(spec, environment_for(*parse_spec(spec)))
+        return WorkerEngine(EngineSpec("sglang"), Path(sys.executable))
+    spec = EngineSpec.parse({"vllm": "vllm==0.32.0", "llamacpp": "llamacpp==2026.10.11549"}[name])
+    return WorkerEngine(spec, environment_for(spec))
 
 
 def _signal_while_busy(pid: int, *signals) -> None:

@@ -12,6 +12,7 @@ import pytest
 from conftest import FIXTURES
 from safetensors.torch import load_file
 
+from contracts.engine_spec import EngineSpec
 from contracts.engines.environments import environment_for
 from contracts.engines.remote import run_module
 
@@ -22,7 +23,7 @@ HD32_TARGET = FIXTURES / "targets" / "llama-tiny-hd32"
 
 @pytest.fixture(scope="module")
 def llamacpp_python():
-    return environment_for("llamacpp", RELEASE)
+    return environment_for(EngineSpec("llamacpp", RELEASE))
 
 
 @pytest.fixture(scope="module")

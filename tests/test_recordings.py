@@ -13,18 +13,20 @@ import math
 
 import pytest
 
+from contracts.engine_spec import EngineSpec
 from contracts.bundled import bundled_subjects
 from contracts.engines.inprocess import installed_release
 from contracts.recordings import load_recordings, record_subject
 
-RELEASE = "sglang==0.5.23"  # judged in this process: its recordings are checked where it is installed
-RELEASES = (RELEASE, "vllm==0.32.0", "vllm==0.32.0:v1", "llamacpp==2026.10.11549")  # the others in their environments
+RELEASE = EngineSpec.parse("sglang==0.5.23")  # judged in this process: its recordings are checked where it is installed
+RELEASES = (RELEASE, *map(EngineSpec.parse, ("vllm==0.32.0", "vllm==0.32.0:v1", "llamacpp==2026.10.11549")))  # the
+# others in their environments
 
 
 @pytest.mark.parametrize("release,subject", [(r, s) for r in RELEASES for s in bundled_subjects(r)],
-                         ids=lambda v: v if isinstance(v, str) else v.name)
+                         ids=lambda v: str(v) if isinstance(v, EngineSpec) else v.name)
 def test_the_recording_is_what_the_engine_answers_now(release, subject):
-    if release == RELEASE and installed_release("sglang") != RELEASE.partition("==")[2]:
+    if release == RELEASE and installed_release(RELEASE.profile) != RELEASE.version:
         pytest.skip(f"the recordings are of {RELEASE}")
     committed = load_recordings(release)[subject.name]
     try:

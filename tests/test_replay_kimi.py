@@ -15,6 +15,7 @@ import json
 import pytest
 from conftest import DRAFTS, KIMI_TARGET, OLD_ENGINE
 
+from contracts.engine_spec import EngineSpec
 from contracts.cli import main
 from contracts.subject import Subject
 
@@ -22,7 +23,7 @@ REPLAY = ["key-naming", "hidden-width", "d2t-semantics", "embed-head"]
 
 
 def _verdicts(engine: str) -> dict:
-    subject = Subject("kimi-replay", DRAFTS["speculators-kimi-k25"], KIMI_TARGET, engine=engine)
+    subject = Subject("kimi-replay", DRAFTS["speculators-kimi-k25"], KIMI_TARGET, engine=EngineSpec.parse(engine))
     try:
         return {r.contract: r.to_dict() for r in subject.run()}
     finally:
@@ -56,7 +57,7 @@ def test_on_0_5_9_the_false_alarms_hold(on_old):
 
 
 def test_on_0_5_9_the_report_names_the_engine_release(on_old):
-    subject = Subject("kimi-replay", DRAFTS["speculators-kimi-k25"], KIMI_TARGET, engine=OLD_ENGINE)
+    subject = Subject("kimi-replay", DRAFTS["speculators-kimi-k25"], KIMI_TARGET, engine=EngineSpec.parse(OLD_ENGINE))
     assert subject.engine_info() == {"name": "sglang", "version": "0.5.9"}
 
 
@@ -87,7 +88,7 @@ def test_a_consequence_is_marked_as_one():
     entry = manifest()["speculators-default"]
     subject = Subject("default", DRAFTS["speculators-default"], TARGET, trainer="speculators",
                       reference_path=DRAFTS["speculators-default"].parents[2] / entry["reference"]["path"],
-                      engine=OLD_ENGINE)
+                      engine=EngineSpec.parse(OLD_ENGINE))
     try:
         results = {r.contract: r.to_dict() for r in subject.run(["key-naming", "forward-parity"])}
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, HD32_TARGET
 
+from contracts.engine_spec import EngineSpec
 from contracts.bundled import expected_failures
 from contracts.cli import main
 
@@ -45,7 +46,7 @@ def _check(outside: Path, draft: str, target: str, *args) -> tuple[int, dict]:
 
 
 def _documented(twin: str, engine: str) -> set[str]:
-    return {cid for (name, cid) in expected_failures(engine) if name == twin}
+    return {cid for (name, cid) in expected_failures(EngineSpec.parse(engine)) if name == twin}
 
 
 @pytest.mark.parametrize("target", ["target", "target-config"])

@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import DELETE, DRAFTS, FIXTURES, HD32, HD32_TARGET, REFERENCES, TARGET, judge_contract, make_copy
 
+from contracts.engine_spec import EngineSpec
 from contracts.cli import main
 
 VLLM = "vllm==0.32.0"  # judged on the runner a GPU deployment takes: Model Runner V2
@@ -392,7 +393,7 @@ def test_the_replayed_steps_are_the_v1_proposers_own_loop():
     from contracts.trainers.common import reference_prompt
 
     prompt = ",".join(map(str, reference_prompt(512)[:8]))
-    done = run_module(environment_for("vllm", "0.32.0"), "contracts.engines.vllm.draft_loop",
+    done = run_module(environment_for(EngineSpec("vllm", "0.32.0")), "contracts.engines.vllm.draft_loop",
                       str(FIXTURES / "drafts" / "specforge-eagle31-hd32"), str(HD32_TARGET), prompt, "3", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     loop = json.loads(done.stdout.strip().splitlines()[-1])
@@ -525,7 +526,7 @@ def test_a_zeroed_d2t_collapses_acceptance_and_fails_d2t_semantics(capsys, tmp_p
     text = render_text(measured)
     assert "FAIL: acceptance collapsed" in text and "explained by d2t-semantics" in text, text
     assert "the break is in the checkpoint itself" in text
-    (base,) = [s for s in converged_subjects(VLLM) if s.name == "converged-speculators"]
+    (base,) = [s for s in converged_subjects(EngineSpec.parse(VLLM)) if s.name == "converged-speculators"]
     result = judge("d2t-semantics", draft, CONVERGED / "target", intended_ids=base.intended_ids)
     assert result.status == "fail" and "the engine maps draft ids to other target ids than intended" in result.summary
 
@@ -540,7 +541,7 @@ def test_absolute_d2t_the_engines_forward_indexes_out_of_range_is_judged_not_a_w
 
     from contracts.bundled import converged_subjects
 
-    (base,) = [s for s in converged_subjects(V1) if s.name == "converged-speculators"]
+    (base,) = [s for s in converged_subjects(EngineSpec.parse(V1)) if s.name == "converged-speculators"]
     offsets = load_file(str(CONVERGED / "speculators" / "model.safetensors"))["d2t"]
     draft = make_copy(CONVERGED / "speculators", tmp_path / "absolute",
                       replace={"d2t": offsets + torch.arange(offsets.shape[0])})
@@ -563,7 +564,7 @@ def test_the_converged_drafts_of_specforge_and_modelopt_are_judged_against_their
     which vLLM does not: its logits differ."""
     from contracts.bundled import converged_subjects
 
-    (subject,) = [s for s in converged_subjects(VLLM) if s.name == f"converged-{name}"]
+    (subject,) = [s for s in converged_subjects(EngineSpec.parse(VLLM)) if s.name == f"converged-{name}"]
     try:
         (result,) = subject.run(["forward-parity"])
     finally:

@@ -117,7 +117,7 @@ def check_embed_head(subject: SubjectView) -> Result:
     d, t = obs.draft, obs.target
     embed_origin, head_origin = _origin(obs.embed, obs, "embed"), _origin(obs.head, obs, "head")
     ckpt_embed, ckpt_head = _key(ckpt.tensors, "embed_tokens.weight"), _key(ckpt.tensors, "lm_head.weight")
-    evidence = {
+    evidence: dict = {
         "wiring": {"engine_function": obs.wiring, "calls": obs.calls,
                    "load_lm_head_from_target": obs.load_lm_head_from_target, "tied": obs.tied,
                    "draft_hidden_size": d["hidden_size"], "target_hidden_size": d["target_hidden_size"],

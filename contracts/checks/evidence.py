@@ -37,7 +37,8 @@ def collapse_layers(names: list[str], limit: int = 12) -> str:
 
 def engine_label(engine: dict) -> str:
     """``SGLang 0.5.23`` / ``vLLM 0.32.0``: how a verdict names the engine release that produced it."""
-    return f"{ENGINE_NAMES.get(engine.get('name'), engine.get('name'))} {engine.get('version')}"
+    name = str(engine.get("name"))
+    return f"{ENGINE_NAMES.get(name, name)} {engine.get('version')}"
 
 
 def nothing_built(contract_id: str, obs):

@@ -66,7 +66,7 @@ def _read_instead(unwritten, loaded_unread: list[str]) -> str | None:
     layer above 0 whose norm the engine and the trainer name differently), says which of each, per layer."""
     from contracts.renames import layer_index
 
-    by_layer = {}
+    by_layer: dict[int | None, list[list[str]]] = {}
     for p in unwritten:
         if p.read:
             by_layer.setdefault(layer_index(p.name), [[], []])[0].append(p.name)

@@ -21,7 +21,7 @@ class Engine(Protocol):
     judged (vLLM's "v1" / "v2"; None: the one a GPU deployment of this release takes by default), as ``path``
     resolved it; SGLang's adapter always judges its release's default worker."""
 
-    spec: str  # the release: "<name>" (the one installed here, or the pinned one) or "<name>==X"
+    spec: EngineSpec  # the release (a version always; no runner)
 
     def info(self) -> dict: ...
 
@@ -40,69 +40,40 @@ class Engine(Protocol):
     def surface(self) -> dict: ...  # the release's EAGLE-3 contract surface (drift between releases)
 
 
-def parse_spec(spec: str) -> tuple[str, str | None]:
-    """``"NAME"`` -> (NAME, None); ``"NAME==0.5.9"`` -> (NAME, "0.5.9"); ``"NAME==0.32.0:v1"`` -> (NAME, "0.32.0")
-    (the runner: ``runner_of``)."""
-    parsed = EngineSpec.parse(spec)
-    return parsed.name, parsed.version
+_engines: dict[EngineSpec, Engine] = {}
+_unmade: dict[EngineSpec, Exception] = {}  # releases whose environment could not be made, this process (not retried)
 
 
-def runner_of(spec: str) -> str | None:
-    """The runner a spec asks for (``vllm==0.32.0:v1`` -> "v1"); None: the release's default path."""
-    return EngineSpec.parse(spec).runner
-
-
-def with_runner(spec: str, runner: str | None) -> str:
-    """SPEC asking for RUNNER (None: the default path)."""
-    return str(EngineSpec.parse(spec).with_runner(runner))
-
-
-def canonical(spec: str) -> str:
-    """The spec an engine path is known by in reports and caches: ``vllm`` is ``vllm==<pinned>``; a runner asked
-    for stays (``vllm==0.32.0:v1``)."""
-    return str(EngineSpec.parse(spec).canonical())
-
-
-def release(spec: str) -> str:
-    """The engine release of SPEC, without a runner (one environment and one worker serve both runners)."""
-    return str(EngineSpec.parse(spec).release())
-
-
-_engines: dict[str, Engine] = {}
-_unmade: dict[str, Exception] = {}  # releases whose environment could not be made, this process (not retried)
-
-
-def engine_for(spec: str | None = None) -> Engine:
+def engine_for(spec: EngineSpec | None = None) -> Engine:
     """The engine for ``spec`` (None: the default engine), one per process: in-process when it is the release of an
     in-process engine installed here (or no version is asked), else a worker in that release's cached environment
     (built on first use)."""
     from contracts.engine_profile import default_engine
     from contracts.engines.inprocess import InProcess, judged_in_process
 
-    key = release(spec or default_engine())
-    name, version = parse_spec(key)
+    key = (spec or EngineSpec(default_engine())).release()
     if key in _unmade:
         raise _unmade[key]
     if key not in _engines:
-        if judged_in_process(name, version):
-            _engines[key] = InProcess(name, key)
+        if judged_in_process(key):
+            _engines[key] = InProcess(key)
         else:
             from contracts.engines.environments import EnvironmentBuildError, environment_for
             from contracts.engines.remote import WorkerEngine
 
             try:
-                _engines[key] = WorkerEngine(key, environment_for(name, version))
+                _engines[key] = WorkerEngine(key, environment_for(key))
             except EnvironmentBuildError as e:
                 _unmade[key] = e
                 raise
     return _engines[key]
 
 
-def close_others(spec: str) -> None:
+def close_others(spec: EngineSpec) -> None:
     """Stop the workers of every engine but ``spec``: a run over many releases (the compatibility sweep: items
     grouped by release) holds one release's worker at a time, not one per release it has passed (each about
     0.4 GB)."""
-    keep = release(spec)
+    keep = spec.release()
     for key, engine in _engines.items():
         close = getattr(engine, "close", None)
         if key != keep and close is not None:

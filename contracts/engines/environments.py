@@ -31,9 +31,10 @@ from pathlib import Path
 
 import contracts
 from contracts.engine_profile import InstallProfile
+from contracts.engine_spec import EngineSpec
 from contracts.engines.errors import EngineSpecError
 from contracts.engines.recipes import (TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, envs_root,
-                                       gpu_wheel_only, index_versions, install_of, package_of, paired_triton,
+                                       gpu_wheel_only, index_versions, paired_triton,
                                        release_sdist, requirement_for_module)
 
 BUILDER = "uv-closure-4"  # bump when the way environments are made changes (part of each environment's key)
@@ -64,11 +65,12 @@ def build_started(env: Path) -> float:
     return _STARTED[str(env)]
 
 
-def progress(env: Path, name: str, version: str, what: str) -> None:
-    """One line on stderr, with the time since this environment's build began: a first run that makes environments
-    takes minutes, and used to say so in one line at its start."""
+def progress(env: Path, label: str, what: str) -> None:
+    """One line on stderr, with the time since this environment's build began (LABEL: the release it is for,
+    ``sglang==0.5.23``): a first run that makes environments takes minutes, and used to say so in one line at its
+    start."""
     since = time.perf_counter() - _STARTED.get(str(env), time.perf_counter())
-    print(f"eagle3-contracts: [{since:4.0f} s] {name}=={version}: {what}", file=sys.stderr, flush=True)
+    print(f"eagle3-contracts: [{since:4.0f} s] {label}: {what}", file=sys.stderr, flush=True)
 
 
 def _describe(cmd: list[str]) -> str:
@@ -90,18 +92,19 @@ def release_order(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in version.replace(".post", ".").split("."))
 
 
-def check_release(name: str, version: str) -> None:
-    """``name==version`` is a release on the package index (else ``EngineSpecError`` with the nearest ones); for
+def check_release(release: EngineSpec) -> None:
+    """RELEASE (``name==version``) is a release on the package index (else ``EngineSpecError`` with the nearest ones); for
     vLLM, of its CPU build or, ahead of it, of its GPU wheel."""
+    version = str(release.version)
     try:
-        versions = index_versions(name)
-        if version not in versions and gpu_wheel_only(name, version):
+        versions = index_versions(release.profile)
+        if version not in versions and gpu_wheel_only(release):
             return
     except ReleaseNotFound:  # the index cannot be asked (offline): the environment builder says what it finds
         return
     if version not in versions:
         near = sorted(versions, key=lambda v: abs(_as_number(v) - _as_number(version)))[:5]
-        raise EngineSpecError(f"{package_of(name)}=={version} is not a release on the package index (nearest: "
+        raise EngineSpecError(f"{release.profile.package}=={version} is not a release on the package index (nearest: "
                               f"{', '.join(sorted(near, key=release_order))})")
 
 
@@ -110,23 +113,23 @@ def _as_number(version: str) -> float:
     return parts[0] * 1e6 + parts[1] * 1e4 + parts[2] * 1e2 + parts[3]
 
 
-def environment_for(name: str, version: str) -> Path:
-    """The Python interpreter of the cached environment for ``name==version`` (built first if missing)."""
+def environment_for(release: EngineSpec) -> Path:
+    """The Python interpreter of the cached environment for RELEASE (``name==version``; built first if missing)."""
     try:
-        recipe = derive(name, version)
+        recipe = derive(release)
     except ReleaseNotFound as e:
-        raise EnvironmentBuildError(f"cannot make the {name}=={version} environment: {e}") from None
+        raise EnvironmentBuildError(f"cannot make the {release} environment: {e}") from None
     text = recipe.text()
     digest = hashlib.sha256((text + BUILDER + sys.version).encode()).hexdigest()[:10]
     root = envs_root()
     root.mkdir(parents=True, exist_ok=True)
-    env = root / f"{name}-{version}-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
+    env = root / f"{release.name}-{release.version}-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
     python = env / "bin" / "python"
     with open(root / f"{env.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (env / "ready").is_file():
             return python
-        _build(env, recipe, name, version)
+        _build(env, recipe, release)
     return python
 
 
@@ -165,39 +168,39 @@ def install_command(env: Path) -> tuple[list[str], dict]:
     return [*uv, "pip", "install", "--quiet", "--python", str(env / "bin" / "python"), *links], call_env
 
 
-def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
+def _build(env: Path, recipe: Recipe, release: EngineSpec) -> None:
     """Make the environment in place (the caller holds its lock); only a finished one gets its ``ready`` mark,
     so a crash leaves a directory that is rebuilt, never one that looks ready."""
     start = build_started(env)
     shutil.rmtree(env, ignore_errors=True)
     log = env.with_name(env.name + ".log")
-    print(f"eagle3-contracts: making the {name}=={version} environment once (cached in {env}; log {log})",
+    print(f"eagle3-contracts: making the {release} environment once (cached in {env}; log {log})",
           file=sys.stderr, flush=True)
     # a GPU wheel's release (recipe.package) goes in --no-deps beside its recipe; else as the engine's profile says
-    install = InstallProfile(with_deps=False) if recipe.package else install_of(name)
-    package = recipe.package or package_of(name)
+    install = InstallProfile(with_deps=False) if recipe.package else release.profile.install
+    package = recipe.package or release.profile.package
     env.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         uv = uv_binary()
         make = [*uv, "venv", "--quiet", "--python", sys.executable, str(env)] if uv else \
             [sys.executable, "-m", "venv", str(env)]
-        run_step(make, out, log, env, name, version, dict(os.environ))
+        run_step(make, out, log, env, str(release), dict(os.environ))
         installer, call_env = install_command(env)
         recipe_file = env / "recipe.txt"
         recipe_file.write_text(recipe.text())
-        run_step([*installer, "-r", str(recipe_file)], out, log, env, name, version, call_env)
+        run_step([*installer, "-r", str(recipe_file)], out, log, env, str(release), call_env)
         engine = [*installer, *([] if install.with_deps else ["--no-deps"]), "-r", str(recipe_file),
-                  f"{package}=={version}"]
-        run_step(engine, out, log, env, name, version, call_env)
+                  f"{package}=={release.version}"]
+        run_step(engine, out, log, env, str(release), call_env)
         if install.remove:
-            remove = [*uv_binary(), "pip", "uninstall", "--quiet", "--python", str(env / "bin" / "python"), *install.remove] \
+            remove = [*(uv or []), "pip", "uninstall", "--quiet", "--python", str(env / "bin" / "python"), *install.remove] \
                 if uv else [str(env / "bin" / "python"), "-m", "pip", "uninstall", "--quiet", "--yes", *install.remove]
-            run_step(remove, out, log, env, name, version, call_env, check=False)
+            run_step(remove, out, log, env, str(release), call_env, check=False)
         if install.from_source:
-            for local in pkgutil.resolve_name(install.from_source)(release_sdist(name, version), env):
-                run_step([*installer, str(local)], out, log, env, name, version, call_env)
+            for local in pkgutil.resolve_name(install.from_source)(release_sdist(release), env):
+                run_step([*installer, str(local)], out, log, env, str(release), call_env)
         installed = time.perf_counter()
-        answer = _closure(env, recipe, name, installer, call_env, out, log, version)
+        answer = _closure(env, recipe, release, installer, call_env, out, log)
         recipe_file.write_text(recipe.text())
         (env / "probe.json").write_text(json.dumps(answer) + "\n")
     done = time.perf_counter()
@@ -205,13 +208,13 @@ def _build(env: Path, recipe: Recipe, name: str, version: str) -> None:
                                                 "install_s": round(installed - start, 1),
                                                 "closure_s": round(done - installed, 1),
                                                 "installer": "uv" if uv else "pip"}) + "\n")
-    (env / "ready").write_text(f"{name}=={version}\n")
+    (env / "ready").write_text(f"{release}\n")
     add_setup_seconds(done - start)
-    progress(env, name, version, "ready")
+    progress(env, str(release), "ready")
 
 
-def run_step(cmd: list[str], out, log: Path, env: Path, name: str, version: str, call_env: dict, check=True) -> None:
-    progress(env, name, version, _describe(cmd))
+def run_step(cmd: list[str], out, log: Path, env: Path, label: str, call_env: dict, check=True) -> None:
+    progress(env, label, _describe(cmd))
     out.write("$ " + " ".join(cmd) + "\n")
     out.flush()
     done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, env=call_env)
@@ -219,29 +222,29 @@ def run_step(cmd: list[str], out, log: Path, env: Path, name: str, version: str,
         out.flush()
         last = (log.read_text().strip().splitlines() or ["?"])[-1]
         shutil.rmtree(env, ignore_errors=True)
-        raise EnvironmentBuildError(f"could not make the {name}=={version} environment ({last}); see {log}")
+        raise EnvironmentBuildError(f"could not make the {label} environment ({last}); see {log}")
 
 
-def _closure(env: Path, recipe: Recipe, name: str, installer, call_env, out, log, version) -> dict:
+def _closure(env: Path, recipe: Recipe, release: EngineSpec, installer, call_env, out, log) -> dict:
     """Probe the environment with the adapter's own steps; add what the path could not import; repeat."""
     answer = {}
     for _ in range(MAX_CLOSURE_ROUNDS):
-        progress(env, name, version, "running its EAGLE-3 path once (the probe: what it imports that is missing)")
-        answer = _probe(env, name)
+        progress(env, str(release), "running its EAGLE-3 path once (the probe: what it imports that is missing)")
+        answer = _probe(env, release)
         missing = answer.get("missing")
         if not missing and TRITON_API_ERROR.search(answer.get("error", "")) and not recipe_pins_triton(recipe):
             paired = paired_triton(recipe)
             if paired is not None:  # an older release's code reads a triton API the current series removed
                 recipe.add(*paired)
-                run_step([*installer, paired[0]], out, log, env, name, version, call_env)
+                run_step([*installer, paired[0]], out, log, env, str(release), call_env)
                 continue
         if not missing:
             return answer
         found = requirement_for_module(recipe, missing)
         if found is None:
-            own = missing.split(".")[0] in (name, "contracts")  # the engine's own package, or this suite's
+            own = missing.split(".")[0] in (release.name, "contracts")  # the engine's own package, or this suite's
             where = f" ({answer['where']})" if answer.get("where") else ""
-            answer["stopped"] = (f"{missing} is not part of {name}=={version}: the adapter has no path for this "
+            answer["stopped"] = (f"{missing} is not part of {release}: the adapter has no path for this "
                                  f"release there{where}" if own else
                                  f"the EAGLE-3 path imports {missing}{where}, a CUDA stack never installed here")
             return answer
@@ -251,7 +254,7 @@ def _closure(env: Path, recipe: Recipe, name: str, installer, call_env, out, log
             return answer
         recipe.add(requirement, note)
         try:
-            run_step([*installer, requirement], out, log, env, name, version, call_env)
+            run_step([*installer, requirement], out, log, env, str(release), call_env)
         except EnvironmentBuildError as e:
             raise EnvironmentBuildError(f"{e} (adding {requirement} for the import of {missing})") from None
     answer["stopped"] = f"more than {MAX_CLOSURE_ROUNDS} missing imports"
@@ -262,13 +265,13 @@ def recipe_pins_triton(recipe: Recipe) -> bool:
     return any(line.startswith("triton==") for line in recipe.lines)
 
 
-def _probe(env: Path, name: str) -> dict:
+def _probe(env: Path, release: EngineSpec) -> dict:
     """Run ``contracts.engines.probe`` in the environment (only this package on its path, as a worker has it)."""
     with tempfile.TemporaryDirectory(prefix="eagle3-contracts-probe-") as scratch:
         os.symlink(Path(contracts.__file__).resolve().parent, Path(scratch) / "contracts")
         call_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         call_env.update(PYTHONPATH=scratch, PYTHONNOUSERSITE="1")
-        done = subprocess.run([str(env / "bin" / "python"), "-m", "contracts.engines.probe", name], cwd=scratch,
+        done = subprocess.run([str(env / "bin" / "python"), "-m", "contracts.engines.probe", release.name], cwd=scratch,
                               capture_output=True, text=True, env=call_env, check=False, timeout=900)
     line = (done.stdout.strip().splitlines() or [""])[-1]
     try:

@@ -13,13 +13,18 @@ from contracts.fingerprint import chunk_rows_for, fingerprint, tensor_chunks
 from contracts.observations_wiring import HeldTensor
 
 
+def _holds(module, param) -> bool:
+    """MODULE's weight is PARAM itself (not a copy)."""
+    return getattr(module, "weight", None) is param
+
+
 def materialise(model, param, lazily: bool = False) -> None:
     """Give one meta parameter real CPU storage holding the NaN sentinel, keeping the engine's attributes on it
     (``lazily``: a ``stand_in`` instead, for a tensor no file will be loaded into)."""
     import torch
 
     for module in model.modules():
-        if getattr(module, "weight", None) is param and param.is_meta:
+        if _holds(module, param) and param.is_meta:
             if lazily:
                 module.weight = stand_in(param)
                 continue
@@ -47,7 +52,7 @@ def owner_rows(models, param) -> int:
     """Rows that hold vocabulary entries (vocab-parallel weights are padded, e.g. to a multiple of 64)."""
     for model in models:
         for module in model.modules():
-            if getattr(module, "weight", None) is param:
+            if _holds(module, param):
                 return int(getattr(module, "org_vocab_size", param.shape[0]))
     return int(param.shape[0])
 

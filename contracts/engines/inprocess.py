@@ -11,6 +11,9 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from contracts.engine_profile import EngineProfile, default_engine
+from contracts.engine_spec import EngineSpec
+
 OBSERVATIONS = ("info", "path", "load", "aux", "config", "embed_head", "forward", "surface")
 
 
@@ -23,30 +26,25 @@ def installed(distribution: str) -> str | None:
         return None
 
 
-def adapter_module(name: str):
-    """The ``adapter`` module of engine NAME (its profile's ``adapter``: ``contracts.engines.<name>.adapter``)."""
-    from contracts.engine_profile import profile
-
-    return importlib.import_module(profile(name).adapter)
+def adapter_module(engine: EngineProfile):
+    """ENGINE's ``adapter`` module (its profile's ``adapter``: ``contracts.engines.<name>.adapter``)."""
+    return importlib.import_module(engine.adapter)
 
 
-def installed_release(name: str) -> str | None:
-    """The release of engine NAME installed in this environment (None: not installed)."""
-    from contracts.engine_profile import profile
-
-    for distribution in profile(name).distributions:
+def installed_release(engine: EngineProfile) -> str | None:
+    """The release of ENGINE installed in this environment (None: not installed)."""
+    for distribution in engine.distributions:
         found = installed(distribution)
         if found:
             return found
     return None
 
 
-def judged_in_process(name: str, version: str | None) -> bool:
-    """NAME==VERSION is judged in this process: an in-process engine (its profile) asked for no release (None or
-    "") or for the one installed here; every other release runs in its own environment."""
-    from contracts.engine_profile import profile
-
-    return profile(name).in_process and (not version or version == installed_release(name))
+def judged_in_process(spec: EngineSpec) -> bool:
+    """SPEC is judged in this process: an in-process engine (its profile) asked for no release or for the one
+    installed here; every other release runs in its own environment."""
+    engine = spec.profile
+    return engine.in_process and (not spec.version or spec.version == installed_release(engine))
 
 
 def _path(p):
@@ -54,15 +52,12 @@ def _path(p):
 
 
 class InProcess:
-    """Engine NAME's adapter, run in this process on the release installed here (paths in, observations out)."""
+    """An engine's adapter, run in this process on the release installed here (paths in, observations out)."""
 
-    def __init__(self, name: str | None = None, spec: str | None = None):
-        from contracts.engine_profile import default_engine
-
-        name = name or default_engine()
-        self.name = name
-        self.spec = spec or name
-        self.adapter = adapter_module(name)
+    def __init__(self, spec: EngineSpec | None = None):
+        self.spec = spec or EngineSpec(default_engine())
+        self.name = self.spec.name
+        self.adapter = adapter_module(self.spec.profile)
 
     def info(self) -> dict:
         return self.adapter.info()

@@ -19,6 +19,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from contracts.engine_spec import EngineSpec
+
 MISSING = re.compile(r"No module named '([^']+)'")
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -36,11 +38,9 @@ def _steps(engine):
     yield "forward", lambda: engine.forward(draft, target, reference)
 
 
-def _where(error: BaseException, name: str) -> dict:
+def _where(error: BaseException, spec: EngineSpec) -> dict:
     """The engine's own statement the import failed in (``sglang/srt/layers/rotary_embedding.py:9``)."""
-    from contracts.engine_profile import profile
-
-    package = profile(name).import_name
+    package = spec.profile.import_name
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f"/{package}/" in f.filename]
     if not frames:
         return {}
@@ -48,15 +48,16 @@ def _where(error: BaseException, name: str) -> dict:
     return {"where": f"{package}/{last.filename.rsplit(f'/{package}/', 1)[1]}:{last.lineno}"}
 
 
-def probe(name: str) -> dict:
+def probe(spec: EngineSpec) -> dict:
     from contracts.engines.errors import EngineBuildError
     from contracts.engines.inprocess import InProcess
 
-    for step, run in _steps(InProcess(name)):
+    for step, run in _steps(InProcess(spec)):
         try:
             result = run()
         except ModuleNotFoundError as e:
-            return {"missing": e.name or MISSING.search(str(e)).group(1), "step": step, **_where(e, name)}
+            named = MISSING.search(str(e))
+            return {"missing": e.name or (named.group(1) if named else str(e)), "step": step, **_where(e, spec)}
         except EngineBuildError as e:  # the engine's refusal: a missing module inside it is what the closure adds
             found = MISSING.search(str(e))
             if found:
@@ -66,7 +67,7 @@ def probe(name: str) -> dict:
             found = MISSING.search(traceback.format_exc())
             if found:
                 cause = e.__context__ if isinstance(e.__context__, ModuleNotFoundError) else e
-                return {"missing": found.group(1), "step": step, **_where(cause, name)}
+                return {"missing": found.group(1), "step": step, **_where(cause, spec)}
             return {"error": f"{type(e).__name__}: {e}"[:500], "step": step}
         found = MISSING.search(json.dumps(result.to_dict() if hasattr(result, "to_dict") else result, default=str))
         if found:
@@ -78,7 +79,7 @@ def main() -> int:
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr
     try:
-        answer = probe(sys.argv[1])
+        answer = probe(EngineSpec.parse(sys.argv[1]))  # the engine this environment holds
     except ModuleNotFoundError as e:  # the adapter's own imports (e.g. the engine's package itself)
         answer = {"missing": e.name, "step": "import"}
     protocol.write(json.dumps(answer) + "\n")

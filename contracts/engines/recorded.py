@@ -22,9 +22,10 @@ import hashlib
 import json
 from pathlib import Path
 
+from contracts.engine_spec import EngineSpec
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
 
-RAISES = {"TargetBuildError": TargetBuildError, "EngineBuildError": EngineBuildError, "ReplayError": ReplayError}
+RAISES: dict[str, type[Exception]] = {"TargetBuildError": TargetBuildError, "EngineBuildError": EngineBuildError, "ReplayError": ReplayError}
 OPS = ("path", "load", "aux", "config", "embed_head", "forward")
 
 
@@ -42,7 +43,7 @@ def _swap(value, pairs: list[tuple[str, str]]):
     return json.loads(text)
 
 
-def _placeholders(paths: dict[str, Path]) -> list[tuple[str, str]]:
+def _placeholders(paths: dict[str, Path | None]) -> list[tuple[str, str]]:
     """(path, placeholder) pairs, the longest path first (a copy inside the checkout is named before the checkout)."""
     return sorted(((str(Path(p).resolve()), name) for name, p in paths.items() if p is not None),
                   key=lambda pair: -len(pair[0]))
@@ -52,7 +53,7 @@ class Recording:
     """An engine whose every answer is kept (``answers``): op -> {"result": dict} or {"raises": kind, "message"}.
     ``paths``: placeholder -> the directory it stands for in the answers (``{repo}``, ``{served}``)."""
 
-    def __init__(self, engine, paths: dict[str, Path] | None = None):
+    def __init__(self, engine, paths: dict[str, Path | None] | None = None):
         self.engine = engine
         self.spec = engine.spec
         self.pairs = _placeholders(paths or {})
@@ -102,7 +103,7 @@ class Replayed:
     """An engine that answers from a recording (``answers`` as ``Recording`` keeps them); ``paths`` puts this
     checkout's directories back where the recording holds placeholders."""
 
-    def __init__(self, spec: str, answers: dict[str, dict], paths: dict[str, Path] | None = None):
+    def __init__(self, spec: EngineSpec, answers: dict[str, dict], paths: dict[str, Path | None] | None = None):
         self.spec = spec
         self.answers = answers
         self.pairs = [(name, path) for path, name in _placeholders(paths or {})]

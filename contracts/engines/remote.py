@@ -15,13 +15,15 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import IO, Callable
 
 import contracts
+from contracts.engine_spec import EngineSpec
 from contracts.observations import (AuxCaptureObservation, ConfigObservation, ForwardObservation, LoadObservation,
                                     PathObservation)
 from contracts.observations_wiring import WiringObservation
 
-DECODE = {
+DECODE: dict[str, Callable[[dict], object]] = {
     "path": lambda d: PathObservation(**d),
     "load": LoadObservation.from_dict,
     "aux": lambda d: AuxCaptureObservation(**d),
@@ -90,10 +92,10 @@ def _died(code: int | None) -> str:
 
 
 class WorkerEngine:
-    def __init__(self, spec: str, python: Path, adapter: str | None = None):
+    def __init__(self, spec: EngineSpec, python: Path):
         self.spec = spec
         self.python = Path(python)
-        self.adapter = adapter or spec.partition("==")[0].partition("(")[0]  # which adapter the worker runs
+        self.adapter = spec.name  # which adapter the worker runs
         self._proc: subprocess.Popen | None = None
         self._info: dict | None = None
         self._next = 0
@@ -103,7 +105,7 @@ class WorkerEngine:
     # --- the Engine seam ---------------------------------------------------------------------------------
     def info(self) -> dict:
         self._start()
-        return dict(self._info)
+        return dict(self._info or {})
 
     def path(self, engine_dir, target_dir, runner=None):
         return self._call("path", engine_dir=_abs(engine_dir), target_dir=_abs(target_dir), runner=runner)
@@ -160,17 +162,18 @@ class WorkerEngine:
         ``EngineBuildError`` with its last words, and the next call starts a fresh worker."""
         import select
 
+        proc, stdout = self._worker()
         if op is not None:
-            ready, _, _ = select.select([self._proc.stdout], [], [], worker_timeout())
+            ready, _, _ = select.select([stdout], [], [], worker_timeout())
             if not ready:
-                self._proc.kill()
-                self._proc.wait()
+                proc.kill()
+                proc.wait()
                 why = f"stopped answering `{op}` for {worker_timeout():.0f} s and was killed"
                 raise self._lost(op, why)
-        line = self._proc.stdout.readline()
+        line = stdout.readline()
         if not line:
             try:  # its stdout is closed: it is exiting (wait for its status and last words rather than race them)
-                code = self._proc.wait(timeout=30)
+                code: int | None = proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 code = None
             if op is not None:
@@ -180,6 +183,12 @@ class WorkerEngine:
             return json.loads(line)
         except json.JSONDecodeError:
             raise WorkerError(f"{self.spec} worker broke the protocol: {line[:200]!r}") from None
+
+    def _worker(self) -> tuple[subprocess.Popen, IO[str]]:
+        """The started worker and the pipe it answers on."""
+        if self._proc is None or self._proc.stdout is None:
+            raise WorkerError(f"{self.spec} worker is not running")
+        return self._proc, self._proc.stdout
 
     def _last_words(self, lines: int = 1) -> list[str]:
         """The last lines the worker wrote to stderr (where the engine's own messages go); for a native death, the
@@ -211,11 +220,13 @@ class WorkerEngine:
 
         self._start()
         self._next += 1
+        proc, _ = self._worker()
         try:
-            self._proc.stdin.write(json.dumps({"id": self._next, "op": op, "args": args}) + "\n")
-            self._proc.stdin.flush()
+            assert proc.stdin is not None  # (started with stdin=PIPE)
+            proc.stdin.write(json.dumps({"id": self._next, "op": op, "args": args}) + "\n")
+            proc.stdin.flush()
         except BrokenPipeError:  # it died between two calls
-            raise self._lost(op, _died(self._proc.wait())) from None
+            raise self._lost(op, _died(proc.wait())) from None
         reply = self._read(op)
         if reply.get("id") != self._next:
             raise WorkerError(f"{self.spec} worker answered request {reply.get('id')}, not {self._next}")
@@ -233,7 +244,8 @@ class WorkerEngine:
     def close(self) -> None:
         if self._proc is not None:
             try:
-                self._proc.stdin.close()
+                if self._proc.stdin is not None:
+                    self._proc.stdin.close()
                 self._proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()

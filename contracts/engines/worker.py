@@ -44,9 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr, never in the protocol
+    from contracts.engine_spec import EngineSpec
     from contracts.engines.inprocess import InProcess
 
-    engine = InProcess(argv[0] if argv else None)
+    engine = InProcess(EngineSpec.parse(argv[0]) if argv else None)  # the engine this worker's environment holds
     try:
         info = engine.info()
     except Exception as e:  # noqa: BLE001  (reported to the parent, which fails in one line)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from contracts.engine_spec import serving_engine
+from contracts.engine_spec import EngineSpec, serving_engine
 
 # A mean acceptance length this far below the pristine draft's counts as a drop (greedy decoding of fixed prompts is
 # deterministic; what varies between releases and runners is float rounding, which moves it by far less).
@@ -159,7 +159,7 @@ def _verdict(subject) -> dict:
             "skipped": [r["contract"] for r in results if r["status"] == "skip"]}
 
 
-def _measured(copy: Path, target: Path, engine: str, expect: bool) -> dict:
+def _measured(copy: Path, target: Path, engine: EngineSpec, expect: bool) -> dict:
     """What ``accept`` measures for one variant on ENGINE: its figures, the engine's refusal, or the job's error."""
     from contracts.accept import ServingRefused, measure
     from contracts.engines.environments import EnvironmentBuildError
@@ -177,17 +177,16 @@ def _measured(copy: Path, target: Path, engine: str, expect: bool) -> dict:
     return out
 
 
-def study(engine: str | None = None, breaks: list[Break] = BREAKS, drafts: list[str] | None = None,
-          beside: str | None = None) -> dict:
+def study(engine: EngineSpec | None = None, breaks: list[Break] = BREAKS, drafts: list[str] | None = None,
+          beside: EngineSpec | None = None) -> dict:
     """Every converged draft x break: verdicts (default path, the accept runner) and measured acceptance; with
     BESIDE (``llamacpp[==X]``), each variant measured on that engine's loop too. ENGINE: a release of an engine
     whose serving loop runs on a CPU (default: accept's engine, its pinned release)."""
     from dataclasses import replace
 
     from contracts.accept import serving_loop
-    from contracts.engines import canonical
 
-    engine = canonical(engine or serving_engine())
+    engine = (engine or EngineSpec(serving_engine())).canonical()
     accept_spec = serving_loop(engine).check_spec  # the runner its loop runs on a CPU (vLLM: V1)
 
     from contracts.bundled import converged_subjects
@@ -213,10 +212,10 @@ def study(engine: str | None = None, breaks: list[Break] = BREAKS, drafts: list[
                     row["acceptance_beside"] = _measured(copy, base.target_path, beside, False)
                 rows.append(row)
                 print(_line(row), file=sys.stderr, flush=True)
-    doc = {"engine": engine, "rows": rows, "drop": DROP, "seconds": round(time.perf_counter() - start, 1),
+    doc = {"engine": str(engine), "rows": rows, "drop": DROP, "seconds": round(time.perf_counter() - start, 1),
            "agreement": agreement(rows)}
     if beside:
-        doc["beside"] = beside
+        doc["beside"] = str(beside)
         doc["beside_agreement"] = beside_agreement(rows)
     return doc
 
@@ -242,7 +241,7 @@ def agreement(rows: list[dict]) -> dict:
     measurement; a break whose contract already fails on the pristine draft cannot show whether it is caught), and
     each pristine draft's own verdict beside its acceptance."""
     pristine = {r["draft"]: r for r in rows if r["break"] == "pristine" and not _unjudged(r)}
-    out = {"variants": 0, "agree": 0, "disagreements": [], "unjudged": [], "pristine": []}
+    out: dict = {"variants": 0, "agree": 0, "disagreements": [], "unjudged": [], "pristine": []}
     for r in pristine.values():
         expected = (r.get("trainer_expectation") or {}).get("mean_acceptance_length")
         out["pristine"].append({"draft": r["draft"], "root_causes": r["verdict_v1"]["root_causes"],
@@ -251,7 +250,8 @@ def agreement(rows: list[dict]) -> dict:
                                 else round(expected - _length(r), 2)})
     for r in rows:
         base = pristine.get(r["draft"])
-        if r["break"] == "pristine" or base is None or _length(base) is None:
+        base_length = None if base is None else _length(base)
+        if r["break"] == "pristine" or base is None or base_length is None:
             continue
         already = base["verdict_v1"]["root_causes"]
         new_causes = [c for c in r["verdict_v1"]["root_causes"] if c not in already]
@@ -261,9 +261,9 @@ def agreement(rows: list[dict]) -> dict:
             out["unjudged"].append(f"{r['draft']} / {r['break']}: {why_not}")
             continue
         length = _length(r)
-        measured_drop = length is None or length < _length(base) - DROP
+        measured_drop = length is None or length < base_length - DROP
         predicted = bool(new_causes)
-        r["measured_drop"] = None if length is None else round(_length(base) - length, 2)
+        r["measured_drop"] = None if length is None else round(base_length - length, 2)
         out["variants"] += 1
         if predicted == measured_drop:
             out["agree"] += 1
@@ -281,7 +281,7 @@ def beside_agreement(rows: list[dict]) -> dict:
         return length is None or length < base[key]["mean_acceptance_length"] - DROP
 
     pristine = {r["draft"]: r for r in rows if r["break"] == "pristine"}
-    out = {"variants": 0, "same": 0, "parted": []}
+    out: dict = {"variants": 0, "same": 0, "parted": []}
     for r in rows:
         base = pristine.get(r["draft"])
         if r["break"] == "pristine" or base is None or any(
@@ -386,7 +386,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="a markdown file whose study markers receive the table")
     parser.add_argument("--json", type=Path, help="the rows as JSON")
     args = parser.parse_args(argv)
-    doc = study(args.engine, drafts=args.draft, beside=args.beside)
+    try:
+        engine, beside = (EngineSpec.parse(e) if e else None for e in (args.engine, args.beside))
+    except ValueError as e:
+        parser.error(str(e))
+    doc = study(engine, drafts=args.draft, beside=beside)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
     if args.output:

@@ -1,16 +1,10 @@
 """The cells every compatibility table shares (the engine-release table and the trainer-release grid): how a
-release spec splits, how a release row is labelled with the path it judged, and what one verdict cell says.
+release row is labelled with the path it judged, and what one verdict cell says.
 """
 
 from __future__ import annotations
 
 from contracts.engine_spec import EngineSpec
-
-
-def parts(spec: str) -> tuple[str, str, str | None]:
-    """``vllm==0.32.0:v1`` -> ("vllm", "0.32.0", "v1"); ``sglang==0.5.9`` -> ("sglang", "0.5.9", None)."""
-    parsed = EngineSpec.parse(spec)
-    return parsed.name, parsed.version or "", parsed.runner
 
 
 def verdict_cell(cells: dict | None) -> str:
@@ -29,10 +23,9 @@ def verdict_cell(cells: dict | None) -> str:
     return "yes"
 
 
-def release_label(spec: str, entry: dict | None = None) -> str:
+def release_label(spec: EngineSpec, entry: dict | None = None) -> str:
     """``SGLang 0.5.9``; a vLLM row names its runner: ``vLLM 0.32.0, Model Runner V2 (the GPU default)``."""
-    parsed = EngineSpec.parse(spec)
-    label, runner = parsed.label, parsed.runner
+    label, runner = spec.label, spec.runner
     if "the GPU wheel" in ((entry or {}).get("build") or {}).get("recipe", ""):  # recipes.derive_gpu_wheel's note
         label += " (GPU wheel on the CPU torch: no forward runs, so forward-parity and config's switches are not judged)"
     path = (entry or {}).get("path") or {}

@@ -28,9 +28,9 @@ import zipfile
 from pathlib import Path
 
 from contracts.bundled import FIXTURES
-from contracts.engine_profile import profile, profiles
+from contracts.engine_profile import EngineProfile, profiles
 from contracts.engine_spec import ENGINES, EngineSpec
-from contracts.tables.cells import parts, release_label, verdict_cell
+from contracts.tables.cells import release_label, verdict_cell
 from contracts.tables.trainer_compatibility import ENGINES as TRAINER_ENGINES
 
 REPO = FIXTURES.parent
@@ -42,27 +42,26 @@ def release_order(version: str) -> tuple:
     return order(version.partition(":")[0])  # a version, or a version:runner column key
 
 
-def with_paths(specs: list[str]) -> list[str]:
+def with_paths(specs: list[EngineSpec]) -> list[EngineSpec]:
     """SPECS with, after each release named without a path, that release on the other paths its engine's profile
     has the table judge (``table_paths``: vLLM's V1 beside the default runner), a row each, labelled with the path
     it judged."""
     out = []
     for spec in specs:
         out.append(spec)
-        engine, version, runner = parts(spec)
-        if runner is None:
-            out += [f"{engine}=={version}:{r}" for r in profile(engine).table_paths]
+        if spec.runner is None:
+            out += [spec.with_runner(r) for r in spec.profile.table_paths]
     return list(dict.fromkeys(out))
 
 
-def releases(engine: str) -> list[str]:
+def releases(engine: EngineProfile) -> list[str]:
     """The engine's releases on the package index since its first EAGLE-3 release (its profile's ``first_release``),
     oldest first; with a GPU wheel beside the CPU build (vLLM), the GPU wheel's newer than the newest CPU build
     (judged from the wheel's Python: ``recipes.derive_gpu_wheel``)."""
     from contracts.engines.recipes import distribution_versions, index_versions
 
-    first = release_order(profile(engine).first_release)
-    gpu_wheel = profile(engine).install.gpu_wheel
+    first = release_order(engine.first_release)
+    gpu_wheel = engine.install.gpu_wheel
     final = [v for v in index_versions(engine) if not re.search(r"[a-z]", v.replace(".post", ""))]
     if gpu_wheel and final:
         newest = max(release_order(v) for v in final)
@@ -71,25 +70,26 @@ def releases(engine: str) -> list[str]:
     return sorted((v for v in final if release_order(v) >= first), key=release_order)
 
 
-def eagle3_fingerprint(engine: str, version: str) -> str:
+def eagle3_fingerprint(release: EngineSpec) -> str:
     """sha256 over the EAGLE-3 files of a release's wheel (names and bytes; its profile's ``eagle3_files``)."""
     from contracts.engines.recipes import release_wheel
 
-    files = re.compile(profile(engine).eagle3_files)
+    files = re.compile(release.profile.eagle3_files or "$^")  # (an engine that names none: no file)
     digest = hashlib.sha256()
-    with zipfile.ZipFile(release_wheel(engine, version)) as z:
+    with zipfile.ZipFile(release_wheel(release)) as z:
         for name in sorted(n for n in z.namelist() if files.match(n)):
             digest.update(name.encode() + b"\0" + z.read(name))
     return digest.hexdigest()[:16]
 
 
-def shared_rows(engine: str, versions: list[str]) -> dict[str, str]:
+def shared_rows(engine: EngineProfile, versions: list[str]) -> dict[str, str]:
     """Post release -> the base release whose row it shares (identical EAGLE-3 files)."""
     out = {}
     for v in versions:
         if ".post" in v:
             base = v.split(".post")[0]
-            if base in versions and eagle3_fingerprint(engine, v) == eagle3_fingerprint(engine, base):
+            if base in versions and \
+                    eagle3_fingerprint(EngineSpec(engine.name, v)) == eagle3_fingerprint(EngineSpec(engine.name, base)):
                 out[v] = base
     return out
 
@@ -102,28 +102,27 @@ def save(doc: dict, path: Path = DATA) -> None:
     Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
-def update(doc: dict, specs: list[str], workers: int = 1, only: list[str] | None = None) -> dict:
+def update(doc: dict, specs: list[EngineSpec], workers: int = 1, only: list[str] | None = None) -> dict:
     """Judge ``specs`` (each vLLM release on both runners) and fold them into the table: post releases with their base
     release's EAGLE-3 code share its row (when the base is judged too, or already in the table), the rest are
     swept."""
     specs = with_paths(specs)
-    parsed = {s: EngineSpec.parse(s) for s in [*specs, *doc["releases"]]}
-    shared: set[str] = set()
+    rows = {EngineSpec.parse(key): entry for key, entry in doc["releases"].items()}
+    shared: set[EngineSpec] = set()
     for engine, engine_profile in profiles().items():
         if not engine_profile.eagle3_files:
             continue
-        versions = [parsed[s].version for s in specs if parsed[s].name == engine]
-        known = [parsed[s].version for s in doc["releases"]
-                 if parsed[s].name == engine and doc["releases"][s].get("cells")]
-        for post, base in shared_rows(engine, sorted(set(versions) | set(known), key=release_order)).items():
+        versions = [str(s.version) for s in specs if s.name == engine]
+        known = [str(s.version) for s, entry in rows.items() if s.name == engine and entry.get("cells")]
+        for post, base in shared_rows(engine_profile, sorted(set(versions) | set(known), key=release_order)).items():
             if post in versions:
-                doc["releases"][f"{engine}=={post}"] = {"same_as": f"{engine}=={base}"}
-                shared.add(f"{engine}=={post}")
+                doc["releases"][str(EngineSpec(engine, post))] = {"same_as": str(EngineSpec(engine, base))}
+                shared.add(EngineSpec(engine, post))
     todo = [s for s in specs if s not in shared]
     return sweep(todo, workers, doc, only) if todo else doc
 
 
-def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = None) -> dict:
+def sweep(specs: list[EngineSpec], workers: int, doc: dict, only: list[str] | None = None) -> dict:
     """Run every bundled draft × contract under each engine spec (pytest, one xdist worker per release) and fold
     the results into ``doc``."""
     from contracts.engines.environments import build_report, environment_for, EnvironmentBuildError
@@ -142,12 +141,11 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
     records = json.loads(results.read_text()) if results.exists() else []
     results.unlink(missing_ok=True)
     for spec in specs:
-        rows = [r for r in records if r["engine"] == spec]
-        entry = {"cells": {}, "swept": time.strftime("%Y-%m-%d")}
-        name, version, _ = parts(spec)
+        rows = [r for r in records if r["engine"] == str(spec)]
+        entry: dict = {"cells": {}, "swept": time.strftime("%Y-%m-%d")}
         try:
-            if not judged_in_process(name, version):  # (the in-process release has no environment)
-                entry["build"] = build_report(environment_for(name, version))  # cached: made by the sweep
+            if not judged_in_process(spec):  # (the in-process release has no environment)
+                entry["build"] = build_report(environment_for(spec.release()))  # cached: made by the sweep
         except EnvironmentBuildError as e:
             entry["error"] = str(e)
         path = next((r["path"] for r in rows if r.get("path")), None)
@@ -159,8 +157,8 @@ def sweep(specs: list[str], workers: int, doc: dict, only: list[str] | None = No
         stopped = (entry.get("build") or {}).get("probe", {}).get("stopped")
         if rows and all(r["status"] == "error" for r in rows) and "error" not in entry:
             entry["error"] = stopped or rows[0]["summary"]
-        doc["releases"][spec] = entry
-    return record_sweep(doc, {"engines": specs, "workers": workers, "wall_s": round(wall, 1)})
+        doc["releases"][str(spec)] = entry
+    return record_sweep(doc, {"engines": [str(s) for s in specs], "workers": workers, "wall_s": round(wall, 1)})
 
 
 def record_sweep(doc: dict, sweep: dict) -> dict:
@@ -188,28 +186,26 @@ def _cell(c: dict | None) -> str:
     return s
 
 
-def _judged_counts(judged: list[str]) -> str:
+def _judged_counts(judged: list[EngineSpec]) -> str:
     """``36 SGLang, 22 vLLM and 1 llama.cpp``: the releases judged, per engine."""
-    counts = [f"{len({parts(s)[:2] for s in judged if parts(s)[0] == name})} {p.label}" for name, p in profiles().items()]
+    counts = [f"{len({s.release() for s in judged if s.name == name})} {p.label}" for name, p in profiles().items()]
     return ", ".join(counts[:-1]) + f" and {counts[-1]}" if len(counts) > 1 else "".join(counts)
 
 
-def _order(spec: str) -> tuple:
-    name, version, runner = parts(spec)
-    return ENGINES.index(name), release_order(version), runner or ""
+def _order(spec: EngineSpec) -> tuple:
+    return ENGINES.index(spec.name), release_order(str(spec.version)), spec.runner or ""
 
 
-def every_release() -> list[str]:
-    """Every engine's releases since its first EAGLE-3 release, as specs (SGLang, vLLM, llama.cpp)."""
-    return [f"{engine}=={v}" for engine in ENGINES for v in releases(engine)]
+def every_release() -> list[EngineSpec]:
+    """Every engine's releases since its first EAGLE-3 release (SGLang, vLLM, llama.cpp)."""
+    return [EngineSpec(name, v) for name, engine in profiles().items() for v in releases(engine)]
 
 
-def _duplicate(doc: dict, spec: str) -> bool:
+def _duplicate(doc: dict, spec: EngineSpec) -> bool:
     """A release's other-path row that adds nothing: it could not be judged (the default row says why) or it judged
     the default path itself."""
-    name, version, runner = parts(spec)
-    entry = doc["releases"][spec]
-    return runner is not None and (bool(entry.get("error")) or not entry.get("cells")
+    entry = doc["releases"][str(spec)]
+    return spec.runner is not None and (bool(entry.get("error")) or not entry.get("cells")
                                    or (entry.get("path") or {}).get("is_default", False))
 
 
@@ -217,15 +213,16 @@ def render(doc: dict) -> str:
     from contracts.checks import all_contracts
 
     contracts = [c for c in all_contracts()]
-    specs = sorted((s for s in doc["releases"] if not _duplicate(doc, s)), key=_order)
-    subjects = sorted({s for e in doc["releases"].values() for s in e.get("cells", {})})
-    judged = [s for s in specs if doc["releases"][s].get("cells") and not doc["releases"][s].get("error")]
-    shared = [s for s in specs if doc["releases"][s].get("same_as")]
+    rows = {EngineSpec.parse(key): entry for key, entry in doc["releases"].items()}
+    specs = sorted((s for s in rows if not _duplicate(doc, s)), key=_order)
+    subjects = sorted({s for e in rows.values() for s in e.get("cells", {})})
+    judged = [s for s in specs if rows[s].get("cells") and not rows[s].get("error")]
+    shared = [s for s in specs if rows[s].get("same_as")]
     out = ["# Compatibility since EAGLE-3: bundled drafts × engine releases × contracts", "",
            "Generated by `tox -e nightly` (`python -m contracts.tables.compatibility`); every cell is the verdict of the "
            "release's own code on a CPU, in an environment derived from the release's own metadata "
            "(`contracts/engines/recipes.py`). Do not edit by hand.", "",
-           f"{len({parts(s)[:2] for s in specs})} releases: {_judged_counts(judged)} releases judged; {len(shared)} post "
+           f"{len({s.release() for s in specs})} releases: {_judged_counts(judged)} releases judged; {len(shared)} post "
            "releases share their base release's row because their EAGLE-3 code (the draft, worker, model runner, "
            "loader, config and target-class files: its profile's `eagle3_files`) is byte-identical to it; the rest say why they were "
            "not judged (the import or error that stopped them).", "",
@@ -239,7 +236,7 @@ def render(doc: dict) -> str:
         out += ["", "**Known defects of this table** (the suite's, not the engines'):", ""]
         out += [f"- {c}" for c in doc["caveats"]]
     def sweep_line(label, last):
-        n, paths = len({parts(e)[:2] for e in last["engines"]}), len(last["engines"])
+        n, paths = len({EngineSpec.parse(e).release() for e in last["engines"]}), len(last["engines"])
         return (f"{label}: {n} release(s){f' ({paths} release paths)' if paths != n else ''} in {last['wall_s']:.0f} s "
                 f"with {last['workers']} pytest-xdist worker(s)" + (f" over {last['jobs']} jobs" if last.get("jobs") else ""))
 
@@ -254,7 +251,7 @@ def render(doc: dict) -> str:
             "\"no\" lists the contracts that fail as root causes (the per-draft tables below have every verdict).", "",
             "| release | " + " | ".join(subjects) + " |", "|---|" + "---|" * len(subjects)]
     for spec in specs:
-        entry = doc["releases"][spec]
+        entry = rows[spec]
         if entry.get("same_as"):
             out.append(f"| {release_label(spec, entry)} | same EAGLE-3 code as {entry['same_as'].split('==')[1]} |"
                        + " |" * (len(subjects) - 1))
@@ -275,24 +272,24 @@ def render(doc: dict) -> str:
         out += ["", f"## {s}", "", "| release | " + " | ".join(c for c in contracts) + " |",
                 "|---|" + "---|" * len(contracts)]
         for spec in judged:
-            cells = doc["releases"][spec].get("cells", {}).get(s)
+            cells = rows[spec].get("cells", {}).get(s)
             if cells:
-                out.append(f"| {release_label(spec, doc['releases'][spec])} | "
+                out.append(f"| {release_label(spec, rows[spec])} | "
                            + " | ".join(_cell(cells.get(c)) for c in contracts) + " |")
     return "\n".join(out) + "\n"
 
 
-def _transitions(doc: dict, judged: list[str], subjects: list[str], contracts) -> list[str]:
+def _transitions(doc: dict, judged: list[EngineSpec], subjects: list[str], contracts) -> list[str]:
     """Where a contract's verdict turned to or from a failure between judged releases of one engine, with the drafts
     it turned for (grouped) and the engine's own words on the first of them."""
     changes: dict[tuple, list] = {}
-    for engine, runner in {parts(s)[0::2] for s in judged}:  # one sequence per engine and path
-        seq = sorted((s for s in judged if parts(s)[0::2] == (engine, runner)), key=_order)
+    for engine, runner in {(s.name, s.runner) for s in judged}:  # one sequence per engine and path
+        seq = sorted((s for s in judged if (s.name, s.runner) == (engine, runner)), key=_order)
         for c in contracts:
             for subject in subjects:
                 prev = None
                 for spec in seq:
-                    cell = doc["releases"][spec]["cells"].get(subject, {}).get(c)
+                    cell = doc["releases"][str(spec)]["cells"].get(subject, {}).get(c)
                     if cell is None or cell["status"] in ("error", "skip"):  # not judged there: no verdict to compare
                         continue
                     bad = cell["status"] == "fail"
@@ -304,22 +301,23 @@ def _transitions(doc: dict, judged: list[str], subjects: list[str], contracts) -
         verb = "fails from" if bad else "holds again from"
         drafts = ", ".join(subject for subject, _ in hits)
         words = f": {hits[0][1]['summary'][:240]}" if bad else ""
-        lines.append(f"- `{c}` {verb} {release_label(spec, doc['releases'][spec])} (after {parts(before)[1]}) for "
+        lines.append(f"- `{c}` {verb} {release_label(spec, doc['releases'][str(spec)])} (after {before.version}) for "
                      f"{drafts}{words}")
     return lines
 
 
-def expand(patterns: list[str]) -> list[str]:
-    """Engine specs with shell-style version patterns (``sglang==0.5.1*``) expanded against the releases since
-    EAGLE-3 on the package index; a plain spec stays as it is (the environment builder judges whether it exists)."""
+def expand(patterns: list[str]) -> list[EngineSpec]:
+    """``--engines`` as given (``sglang==0.5.1*``, ``vllm==0.32.0``), parsed here, shell-style version patterns
+    expanded against the releases since EAGLE-3 on the package index; a plain spec stays as it is (the environment
+    builder judges whether it exists)."""
     out = []
     for pattern in patterns:
         spec = EngineSpec.parse(pattern)
-        engine, version = spec.name, spec.version or ""
+        version = spec.version or ""
         if any(ch in version for ch in "*?["):
-            out += [f"{engine}=={v}" for v in releases(engine) if fnmatch.fnmatchcase(v, version)]
+            out += [EngineSpec(spec.name, v) for v in releases(spec.profile) if fnmatch.fnmatchcase(v, version)]
         else:
-            out.append(pattern)
+            out.append(spec)
     return list(dict.fromkeys(out))
 
 
@@ -354,7 +352,7 @@ def main(argv=None) -> int:
                                         "judge it on engine releases: the trainer release x engine release grid")
     t.add_argument("--releases", help="comma-separated trainer specs (speculators==0.8.1; patterns as for engines); "
                                       "default every release of every trainer since its EAGLE-3 draft")
-    t.add_argument("--engines", default=",".join(TRAINER_ENGINES), help="engine specs (default %(default)s)")
+    t.add_argument("--engines", default=",".join(map(str, TRAINER_ENGINES)), help="engine specs (default %(default)s)")
     t.add_argument("--new", action="store_true", help="only the trainer releases the table does not hold yet")
     t.add_argument("-n", type=int, default=1, help="pytest-xdist workers for the judging (one engine release each)")
     t.add_argument("--data", default=str(DATA), help="the table's data to update (default %(default)s)")
@@ -369,7 +367,7 @@ def main(argv=None) -> int:
         else:
             p.error("sweep needs --engines, --all or --new")
         if args.new:
-            specs = [s for s in specs if s not in doc["releases"]]
+            specs = [s for s in specs if str(s) not in doc["releases"]]
         doc = update(doc, specs, args.n)
         save(doc, data)
     elif args.command == "trainers":

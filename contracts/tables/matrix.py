@@ -22,7 +22,7 @@ CELL = {PASS: "pass", FAIL: "FAIL", WARN: "warn", SKIP: "skip"}
 FORM_LABEL = {"converted": "verbatim conversion"}  # the hand conversion (`convert --verbatim`)
 
 
-def run(subjects_by_engine: dict[str, list], only: list[str] | None = None, converted: bool = True) -> dict:
+def run(subjects_by_engine: dict[EngineSpec, list], only: list[str] | None = None, converted: bool = True) -> dict:
     """Reports for every (engine, subject), gathered into the matrix document (see ``document``); with
     ``converted``, also each subject's copy as ``eagle3-contracts convert`` writes it for that engine release. An
     engine named without a path is judged on the one a GPU deployment of it takes by default and, where the release
@@ -35,33 +35,31 @@ def run(subjects_by_engine: dict[str, list], only: list[str] | None = None, conv
             trainer, name = subject.trainer_name, subject.name
             conversion = converted_report(subject, engine, only) if converted else None
             rep = report(subject, only)
-            rep.update(name=name, engine_spec=engine, trainer=trainer)
+            rep.update(name=name, engine_spec=str(engine), trainer=trainer)
             reports.append(rep)
             for other in other_paths(engine, rep):
                 alt = report(replace(subject, engine=other), only)
-                alt.update(name=name, engine_spec=other, trainer=trainer, other_path_of=engine)
+                alt.update(name=name, engine_spec=str(other), trainer=trainer, other_path_of=str(engine))
                 reports.append(alt)
             if conversion is not None:
                 for i, conv in enumerate(conversion):
                     conv.update(name=f"{name} after convert", trainer=trainer, converted_from=name,
-                                engine_spec=engine if i == 0 else conv.get("engine_spec"))
+                                engine_spec=str(engine) if i == 0 else conv.get("engine_spec"))
                     if i:
-                        conv["other_path_of"] = engine
+                        conv["other_path_of"] = str(engine)
                     reports.append(conv)
     return document(reports)
 
 
-def other_paths(engine: str, rep: dict) -> list[str]:
+def other_paths(engine: EngineSpec, rep: dict) -> list[EngineSpec]:
     """ENGINE on the release's paths other than the default one REP judged (none when ENGINE asks for a path)."""
-    from contracts.engines import runner_of, with_runner
-
     path = rep.get("path") or {}
-    if runner_of(engine) is not None or path.get("kind") != "runner":
+    if engine.runner is not None or path.get("kind") != "runner":
         return []
-    return [with_runner(engine, r) for r in path.get("available", []) if r != path.get("judged")]
+    return [engine.with_runner(r) for r in path.get("available", []) if r != path.get("judged")]
 
 
-def converted_report(subject, engine: str, only: list[str] | None = None) -> list[dict] | None:
+def converted_report(subject, engine: EngineSpec, only: list[str] | None = None) -> list[dict] | None:
     """The verdicts on the copy ``convert`` writes of SUBJECT for ENGINE, in a temporary directory, on the release's
     default path and then on each other path it was proven on (None where convert cannot run: it needs the target
     and the trainer whose layer convention the ids follow, and an engine convert writes copies for)."""
@@ -73,16 +71,15 @@ def converted_report(subject, engine: str, only: list[str] | None = None) -> lis
     from contracts.convert_command import convert
     from contracts.engine_profile import convert_targets
     from contracts.report import command_prefix
-    from contracts.engines import parse_spec
 
-    if subject.target_path is None or subject.trainer_name is None or parse_spec(engine)[0] not in convert_targets():
+    if subject.target_path is None or subject.trainer_name is None or engine.name not in convert_targets():
         return None
     facts = {k: getattr(subject, k) for k in ("intended_ids", "trainer_aux_ids", "reference_path",
                                               "trainer_hidden_states") if getattr(subject, k) is not None}
-    to = parse_spec(engine)[0]
+    to = engine.name
     tmp = Path(tempfile.mkdtemp(prefix="eagle3-contracts-matrix-"))
     try:
-        c = convert(subject.checkpoint_path, tmp / "converted", to=to, target=subject.target_path, engine=engine,
+        c = convert(subject.checkpoint_path, tmp / "converted", target=subject.target_path, engine=engine,
                     trainer=subject.trainer_name, link=True, facts=facts)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -108,10 +105,16 @@ def document(reports: list[dict]) -> dict:
     from contracts.report import path_label
 
     contracts = [c for c in all_contracts() if any(r["contract"] == c for rep in reports for r in rep["results"])]
-    engines, subjects, cells, deployable, forms, paths, alternatives = [], [], [], {}, {}, {}, {}
+    engines: list[str] = []
+    subjects: list[str] = []
+    cells: list[dict] = []
+    deployable: dict[str, dict] = {}
+    forms: dict[str, dict] = {}
+    paths: dict[str, dict] = {}
+    alternatives: dict[str, dict] = {}
     statuses = {}
     for rep in reports:
-        engine = documented_key(rep)
+        engine = str(documented_key(rep))  # the document's key for the engine path (JSON)
         if engine not in engines:
             engines.append(engine)
         paths.setdefault(engine, {"release": f"{rep['engine']['name']}=={rep['engine']['version']}",
@@ -120,7 +123,7 @@ def document(reports: list[dict]) -> dict:
         if rep["name"] not in subjects:
             subjects.append(rep["name"])
         if rep.get("other_path_of"):
-            alternatives.setdefault(rep["name"], {})[engine] = documented_key({**rep, "path": {}})
+            alternatives.setdefault(rep["name"], {})[engine] = str(documented_key({**rep, "path": {}}))
         deployable.setdefault(rep["name"], {})[engine] = all(r["status"] != FAIL for r in rep["results"])
         forms.setdefault(rep["name"], {})[engine] = (rep.get("judged_as") or {}).get("form", "as saved")
         statuses[(rep["name"], engine)] = {r["contract"]: r["status"] for r in rep["results"]}
@@ -139,9 +142,10 @@ def document(reports: list[dict]) -> dict:
             "converted_from": converted_from, "reports": reports}
 
 
-def _shown(doc: dict, subject: str, engine: str, all_paths: bool = False) -> bool:
-    """A release's other path is a row only where its verdicts differ from the default path's (or ``all_paths``)."""
-    return all_paths or engine not in doc.get("alternatives", {}).get(subject, {}) or doc["disagrees"][subject][engine]
+def _shown(doc: dict, subject: str, key: str, all_paths: bool = False) -> bool:
+    """A release's other path (the document's engine KEY) is a row only where its verdicts differ from the default
+    path's (or ``all_paths``)."""
+    return all_paths or key not in doc.get("alternatives", {}).get(subject, {}) or doc["disagrees"][subject][key]
 
 
 def _cell(cell: dict | None) -> str:
@@ -153,12 +157,12 @@ def _cell(cell: dict | None) -> str:
     return text
 
 
-def _serves(doc: dict, index: dict, subject: str, engine: str) -> str:
-    """"yes" only names what was judged: a pair no contract fails, with some not judged, says which (a skipped
-    forward-parity is no proof that the math is the trainer's)."""
-    if not doc["deployable"][subject][engine]:
+def _serves(doc: dict, index: dict, subject: str, key: str) -> str:
+    """"yes" only names what was judged: a pair (SUBJECT, the document's engine KEY) no contract fails, with some
+    not judged, says which (a skipped forward-parity is no proof that the math is the trainer's)."""
+    if not doc["deployable"][subject][key]:
         return "**no**"
-    unjudged = [c for c in doc["contracts"] if (index.get((subject, engine, c)) or {}).get("status") == SKIP]
+    unjudged = [c for c in doc["contracts"] if (index.get((subject, key, c)) or {}).get("status") == SKIP]
     return f"yes (not judged: {', '.join(unjudged)})" if unjudged else "yes"
 
 
@@ -230,7 +234,7 @@ def exit_code(doc: dict, allow_not_judged: bool = False) -> int:
 
     converted_from = doc.get("converted_from", {})
     alternatives = doc.get("alternatives", {})
-    served = {}
+    served: dict[str, bool] = {}
     for subject, by in doc["deployable"].items():
         base = converted_from.get(subject, subject)
         ok = any(v for e, v in by.items() if e not in alternatives.get(subject, {}))

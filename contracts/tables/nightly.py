@@ -37,16 +37,17 @@ from pathlib import Path
 from contracts.tables import compatibility, trainer_compatibility
 from contracts.bundled import FIXTURES, documented_engines, expected_failures
 from contracts.engine_profile import default_engine, profiles, serving_engine
-from contracts.engine_spec import ENGINE_NAMES, EngineSpec
+from contracts.engine_spec import ENGINE_NAMES, EngineSpec, EngineSpecError
 
 SURFACES = FIXTURES / "surface"
 
 
-def snapshot_path(version: str, engine: str | None = None) -> Path:
-    return SURFACES / f"{engine or default_engine()}-{version}.json"
+def snapshot_path(release: EngineSpec) -> Path:
+    """The committed surface of RELEASE (``fixtures/surface/<engine>-<version>.json``)."""
+    return SURFACES / f"{release.name}-{release.version}.json"
 
 
-def pinned_spec() -> str:
+def pinned_spec() -> EngineSpec:
     return documented_engines()[0]
 
 
@@ -56,45 +57,46 @@ def newest_default() -> str | None:
     from contracts.engines.inprocess import installed_release
     from contracts.engines.recipes import ReleaseNotFound
 
+    engine = profiles()[default_engine()]
     try:
-        return compatibility.releases(default_engine())[-1]
+        return compatibility.releases(engine)[-1]
     except ReleaseNotFound:
-        return installed_release(default_engine())
+        return installed_release(engine)
 
 
-def new_releases(doc: dict, newest: str | None) -> list[str]:
+def new_releases(doc: dict, newest: str | None) -> list[EngineSpec]:
     """Every release since EAGLE-3 on the package index that the table does not hold (the newest first)."""
     specs = compatibility.every_release()
-    if newest and f"{default_engine()}=={newest}" not in specs:
-        specs.append(f"{default_engine()}=={newest}")
-    return [s for s in specs if s not in doc["releases"]]
+    if newest and EngineSpec(default_engine(), newest) not in specs:
+        specs.append(EngineSpec(default_engine(), newest))
+    return [s for s in specs if str(s) not in doc["releases"]]
 
 
-def drift_pairs(pinned_version: str, newest: str, judged: list[str]) -> list[tuple[str, str, str | None]]:
-    """(engine, its pinned release, the release to compare with it: None when none was judged tonight) for every
+def drift_pairs(pinned_version: str, newest: str,
+                judged: list[EngineSpec]) -> list[tuple[EngineSpec, EngineSpec | None]]:
+    """(an engine's pinned release, the release to compare with it: None when none was judged tonight) for every
     engine: the engine judged in this process against its newest on the index; each other engine's newest release
     judged tonight (its environment is made already) against its pinned one."""
-    pairs = []
+    pairs: list[tuple[EngineSpec, EngineSpec | None]] = []
     for name, p in profiles().items():
         if p.in_process:
-            pairs.append((name, pinned_version, newest))
+            pairs.append((EngineSpec(name, pinned_version), EngineSpec(name, newest)))
             continue
-        tonight = sorted({EngineSpec.parse(s).version for s in judged if EngineSpec.parse(s).name == name},
-                         key=compatibility.release_order)
-        pairs.append((name, p.pinned, tonight[-1] if tonight else None))
+        tonight = sorted({str(s.version) for s in judged if s.name == name}, key=compatibility.release_order)
+        pairs.append((EngineSpec(name, p.pinned), EngineSpec(name, tonight[-1]) if tonight else None))
     return pairs
 
 
-def _previous(doc: dict, spec: str) -> str | None:
+def _previous(doc: dict, spec: EngineSpec) -> EngineSpec | None:
     """The latest release of the same engine before ``spec``, judged on the same path, that the table holds verdicts
     for."""
-    engine, version, runner = compatibility.parts(spec)
-    older = [s for s, e in doc["releases"].items() if e.get("cells") and compatibility.parts(s)[0::2] == (engine, runner)
-             and compatibility.release_order(compatibility.parts(s)[1]) < compatibility.release_order(version)]
-    return max(older, key=lambda s: compatibility.release_order(compatibility.parts(s)[1]), default=None)
+    order = compatibility.release_order
+    older = [o for o in (EngineSpec.parse(key) for key, e in doc["releases"].items() if e.get("cells"))
+             if (o.name, o.runner) == (spec.name, spec.runner) and order(str(o.version)) < order(str(spec.version))]
+    return max(older, key=lambda o: order(str(o.version)), default=None)
 
 
-def newly_failing(doc: dict, specs: list[str]) -> list[dict]:
+def newly_failing(doc: dict, specs: list[EngineSpec]) -> list[dict]:
     """(release, draft, contract) failing where the release before it held (for an engine's first release: where the
     pinned release's documented verdict is not a failure). A refusal to build the draft is one finding whichever
     contract reported it (``config``, or the first judged when ``--only`` leaves config out)."""
@@ -102,7 +104,7 @@ def newly_failing(doc: dict, specs: list[str]) -> list[dict]:
 
     out = []
     for spec in specs:
-        entry = doc["releases"].get(spec) or {}
+        entry = doc["releases"].get(str(spec)) or {}
         before = _previous(doc, spec)
         documented = expected_failures(spec)
         pinned = documented if documented is not None else (expected_failures() or {})
@@ -111,13 +113,14 @@ def newly_failing(doc: dict, specs: list[str]) -> list[dict]:
                 if cell["status"] not in ("fail", "error"):
                     continue
                 if before is not None:
-                    old = doc["releases"][before]["cells"].get(subject, {}).get(contract)
+                    old = doc["releases"][str(before)]["cells"].get(subject, {}).get(contract)
                     if old is None or old["status"] in ("fail", "error"):
                         continue
                 elif (subject, contract) in pinned or (
                         cell.get("summary", "").startswith(REFUSED) and (subject, "config") in pinned):
                     continue
-                out.append({"engine": spec, "subject": subject, "contract": contract, "before": before,
+                out.append({"engine": str(spec), "subject": subject, "contract": contract,
+                            "before": str(before) if before else None,
                             "summary": cell.get("summary", "")[:300]})
     return out
 
@@ -148,17 +151,21 @@ def main(argv=None) -> int:
     try:
         if args.write_snapshot:
             SURFACES.mkdir(parents=True, exist_ok=True)
-            for engine, p in profiles().items():
-                release = newest if p.in_process else p.pinned
-                surface = engine_for(f"{engine}=={release}").surface()
-                snapshot_path(release, engine).write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
-                print(f"wrote {snapshot_path(release, engine)}", file=sys.stderr)
+            for engine, engine_profile in profiles().items():
+                release = EngineSpec(engine, newest if engine_profile.in_process else engine_profile.pinned)
+                surface = engine_for(release).surface()
+                snapshot_path(release).write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
+                print(f"wrote {snapshot_path(release)}", file=sys.stderr)
             return 0
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         data = Path(args.data)
         doc = compatibility.load(data)
-        specs = [e.strip() for e in args.engines.split(",") if e.strip()] if args.engines else new_releases(doc, newest)
+        try:
+            specs = [EngineSpec.parse(e) for e in args.engines.split(",") if e.strip()] if args.engines else \
+                new_releases(doc, newest)
+        except EngineSpecError as e:
+            p.error(str(e))
         only = [c.strip() for c in args.only.split(",")] if args.only else None
         if specs:
             doc = compatibility.update(doc, specs, args.n, only)
@@ -171,8 +178,9 @@ def main(argv=None) -> int:
             compatibility.save(doc, data)
             if data.resolve() == compatibility.DATA.resolve():
                 compatibility.DOC.write_text(compatibility.render(doc))
-        judged = [s for s in compatibility.with_paths(specs) if s in doc["releases"]]
-        tonight = {"releases": {s: doc["releases"][s] for s in [*judged, pinned_spec()] if s in doc["releases"]},
+        judged = [s for s in compatibility.with_paths(specs) if str(s) in doc["releases"]]
+        tonight = {"releases": {str(s): doc["releases"][str(s)] for s in [*judged, pinned_spec()]
+                                if str(s) in doc["releases"]},
                    "last_sweep": doc.get("last_sweep"),
                    "trainers": {k: doc["trainers"][k] for k in trainer_keys if k in doc.get("trainers", {})},
                    "last_trainer_sweep": doc.get("last_trainer_sweep") if trainer_keys else None}
@@ -181,23 +189,24 @@ def main(argv=None) -> int:
         (out / "matrix.md").write_text(compatibility.render(tonight))
         (out / "newly_failing.json").write_text(json.dumps(failing, indent=1) + "\n")
 
-        pinned_version = EngineSpec.parse(pinned_spec()).version
+        pinned_version = str(pinned_spec().version)
         reports, rows, sections = {}, [], []
-        for engine, pinned_release, newest_release in drift_pairs(pinned_version, newest, judged):
+        for pinned_release, newest_release in drift_pairs(pinned_version, newest, judged):
+            engine = pinned_release.name
             if newest_release is None:
                 sections.append(f"## {ENGINE_NAMES[engine]}\n\nNo {ENGINE_NAMES[engine]} release was judged tonight: "
                                 "no drift to report.\n")
                 continue
-            if not snapshot_path(pinned_release, engine).is_file():
-                sections.append(f"## {ENGINE_NAMES[engine]}\n\nNo snapshot of {ENGINE_NAMES[engine]} {pinned_release}"
+            if not snapshot_path(pinned_release).is_file():
+                sections.append(f"## {ENGINE_NAMES[engine]}\n\nNo snapshot of {pinned_release.label}"
                                 f"'s surface in {SURFACES.name}/ to compare with (`--write-snapshot` writes it).\n")
                 continue
-            snapshot = json.loads(snapshot_path(pinned_release, engine).read_text())
-            surface = engine_for(f"{engine}=={newest_release}").surface()  # its own environment unless pinned here
+            snapshot = json.loads(snapshot_path(pinned_release).read_text())
+            surface = engine_for(newest_release).surface()  # its own environment unless pinned here
             found = drift(snapshot, surface)
             rows += [{"engine": engine, **r} for r in found]
             reports[engine] = {"pinned": snapshot["engine"], "newest": surface["engine"], "drift": found}
-            sections.append(f"## {ENGINE_NAMES[engine]} {newest_release} vs {pinned_release}\n\n"
+            sections.append(f"## {ENGINE_NAMES[engine]} {newest_release.version} vs {pinned_release.version}\n\n"
                             + drift_markdown(snapshot, surface, found))
         default = reports.get(default_engine(), {})
         (out / "drift.json").write_text(json.dumps({"pinned": default.get("pinned"), "newest": default.get("newest"),
@@ -218,19 +227,16 @@ def main(argv=None) -> int:
     return 1 if disagreements else 0
 
 
-def acceptance_report(out: Path, specs: list[str], **selection) -> list[str]:
+def acceptance_report(out: Path, specs: list[EngineSpec], **selection) -> list[str]:
     """The acceptance study on each vLLM release among SPECS (once per release, whatever paths were judged), written
     to OUT/acceptance-<release>.md and .json; returns each disagreement as "release: draft / break: what"
     (``selection``: the study's ``drafts`` / ``breaks``, to run part of it)."""
     from contracts.tables import acceptance_study
-    from contracts.engines import canonical, parse_spec
-
-    engine = serving_engine()
-    releases = dict.fromkeys(f"{engine}=={parse_spec(canonical(s))[1]}" for s in specs if parse_spec(s)[0] == engine)
+    releases = dict.fromkeys(s.release() for s in specs if s.name == serving_engine())
     found = []
     for release in releases:
         doc = acceptance_study.study(release, **selection)
-        name = release.replace("==", "-")
+        name = str(release).replace("==", "-")
         (out / f"acceptance-{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
         (out / f"acceptance-{name}.md").write_text(f"# Acceptance study: {release}\n\n"
                                                    + acceptance_study.render_markdown(doc))

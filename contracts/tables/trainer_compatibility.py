@@ -31,7 +31,7 @@ from contracts.engines.environments import envs_root, release_order
 # The engine releases each trainer build is judged on: the pinned SGLang, the pinned vLLM (on Model Runner V2, a GPU
 # deployment's default, and on V1, the CPU build's), and the last SGLang release that names the draft's layer
 # `midlayer.*` (the naming speculators moved away from and back to).
-ENGINES = ["sglang==0.5.23", "vllm==0.32.0", "vllm==0.32.0:v1", "sglang==0.5.9"]
+ENGINES = [EngineSpec.parse(s) for s in ("sglang==0.5.23", "vllm==0.32.0", "vllm==0.32.0:v1", "sglang==0.5.9")]
 TRAINERS = tuple(PROFILES)
 
 
@@ -63,14 +63,14 @@ def build(trainer: str, version: str) -> dict:
                 shutil.rmtree(out, ignore_errors=True)
                 return {**entry, "error": answer["error"][:400]}
             (out / "build-seconds.json").write_text(json.dumps({"seconds": round(time.perf_counter() - start, 1)}))
-    record = read_record(out)
+    record = read_record(out) or {}
     seconds = out / "build-seconds.json"
     entry.update(directory=str(out), functions_called=record.get("functions_called"),
                  build_s=json.loads(seconds.read_text())["seconds"] if seconds.is_file() else None)
     return entry
 
 
-def judge(builds: dict[str, dict], engines: list[str], workers: int) -> dict[str, dict[str, dict]]:
+def judge(builds: dict[str, dict], engines: list[EngineSpec], workers: int) -> dict[str, dict[str, dict]]:
     """release -> engine spec -> contract cells, for every build that has a directory: one pytest run, each build a
     ``--checkpoint`` (judged with its record's target, trainer and reference), one xdist worker per engine release."""
     from contracts.bundled import FIXTURES
@@ -103,7 +103,7 @@ def judge(builds: dict[str, dict], engines: list[str], workers: int) -> dict[str
 PATHS = "(paths)"  # judge()'s record of the path each engine column judged, kept in doc["trainer_paths"]
 
 
-def update(doc: dict, releases: list[str], engines: list[str] = ENGINES, workers: int = 1) -> dict:
+def update(doc: dict, releases: list[str], engines: list[EngineSpec] = ENGINES, workers: int = 1) -> dict:
     """Build and judge each ``trainer==version`` in ``releases`` and fold them into ``doc["trainers"]``."""
     start = time.perf_counter()
     builds = {}
@@ -118,11 +118,11 @@ def update(doc: dict, releases: list[str], engines: list[str] = ENGINES, workers
     for key, b in builds.items():
         entry = {k: v for k, v in b.items() if k != "directory"}
         # the engines judged now replace their columns; the others' verdicts on the same build stay
-        kept = {e: v for e, v in (table.get(key) or {}).get("engines", {}).items() if e not in engines}
+        kept = {e: v for e, v in (table.get(key) or {}).get("engines", {}).items() if EngineSpec.parse(e) not in engines}
         entry["engines"] = {**kept, **verdicts.get(key, {})} if "error" not in entry else verdicts.get(key, {})
         entry["swept"] = time.strftime("%Y-%m-%d")
         table[key] = entry
-    doc["last_trainer_sweep"] = {"releases": releases, "engines": engines, "workers": workers,
+    doc["last_trainer_sweep"] = {"releases": releases, "engines": [str(e) for e in engines], "workers": workers,
                                  "build_wall_s": round(built_s, 1), "wall_s": round(time.perf_counter() - start, 1)}
     return doc
 
@@ -146,9 +146,8 @@ def render(doc: dict) -> list[str]:
     if not table:
         return []
     keys = sorted(table, key=_order)
-    engines = list(dict.fromkeys(e for k in keys for e in table[k].get("engines", {})))
-    engines.sort(key=lambda s: (EngineSpec.parse(s).name != default_engine(),
-                                [-x for x in release_order(EngineSpec.parse(s).version)]))
+    engines = list(dict.fromkeys(EngineSpec.parse(e) for k in keys for e in table[k].get("engines", {})))
+    engines.sort(key=lambda s: (s.name != default_engine(), [-x for x in release_order(str(s.version))]))
     built = [k for k in keys if not table[k].get("error")]
     out = ["", "## Trainer releases × engine releases", "",
            f"Each trainer release on the package index built a tiny draft in its own environment (derived from its "
@@ -162,7 +161,7 @@ def render(doc: dict) -> list[str]:
                     f"and judged on {len(last['engines'])} engine release(s), {last['wall_s']:.0f} s in all with "
                     f"{last['workers']} pytest-xdist worker(s)."]
     paths = doc.get("trainer_paths") or {}
-    out += ["", "| trainer release | " + " | ".join(release_label(e, {"path": paths.get(e)}) for e in engines) + " | built in |",
+    out += ["", "| trainer release | " + " | ".join(release_label(e, {"path": paths.get(str(e))}) for e in engines) + " | built in |",
             "|---|" + "---|" * (len(engines) + 1)]
     for key in keys:
         entry = table[key]
@@ -172,7 +171,7 @@ def render(doc: dict) -> list[str]:
             out.append(f"| {label} | does not build: {reason} |" + " |" * len(engines))
             continue
         seconds = f"{entry.get('environment_s', 0):.0f} s env + {entry.get('build_s') or 0:.0f} s build"
-        out.append(f"| {label} | " + " | ".join(verdict_cell(entry["engines"].get(e)) for e in engines)
+        out.append(f"| {label} | " + " | ".join(verdict_cell(entry["engines"].get(str(e))) for e in engines)
                    + f" | {seconds} |")
     changes = _transitions(table, keys, engines)
     out += ["", "### Where a trainer release changed a verdict", "",
@@ -181,21 +180,21 @@ def render(doc: dict) -> list[str]:
     return out
 
 
-def _transitions(table: dict, keys: list[str], engines: list[str]) -> list[str]:
+def _transitions(table: dict, keys: list[str], engines: list[EngineSpec]) -> list[str]:
     lines = []
     for trainer in TRAINERS:
         seq = [k for k in keys if k.startswith(trainer + "==") and not table[k].get("error")]
         for engine in engines:
             prev: dict[str, tuple[str, bool]] = {}
             for key in seq:
-                for c, cell in sorted(table[key]["engines"].get(engine, {}).items()):
+                for c, cell in sorted(table[key]["engines"].get(str(engine), {}).items()):
                     if cell["status"] == "error":
                         continue
                     bad = cell["status"] == "fail"
                     if c in prev and prev[c][1] != bad:
                         verb = "fails from" if bad else "holds again from"
                         words = f": {cell['summary'][:200]}" if bad else ""
-                        lines.append(f"- `{c}` on {engine.replace('==', ' ')} {verb} {key.replace('==', ' ')} "
+                        lines.append(f"- `{c}` on {str(engine).replace('==', ' ')} {verb} {key.replace('==', ' ')} "
                                      f"(after {prev[c][0].split('==')[1]}){words}")
                     prev[c] = (key, bad)
     return lines

@@ -216,10 +216,10 @@ def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarg
 
     prompt = torch.tensor(reference_prompt(target.vocab_size), dtype=torch.long)
     path = target.path
-    target = AutoModelForCausalLM.from_pretrained(str(target.directory), **float32_argument(),
-                                                  attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_pretrained(str(target.directory), **float32_argument(),
+                                                 attn_implementation="sdpa").eval()
     with torch.no_grad():
-        out = target(prompt[None], output_hidden_states=True)
+        out = model(prompt[None], output_hidden_states=True)
     t = REFERENCE_TOKENS
     hidden = torch.cat([out.hidden_states[k][0, :t] for k in hf_hidden_state_indices], dim=-1)
     tensors = {
@@ -231,7 +231,7 @@ def target_reference_inputs(hf_hidden_state_indices: list[int], target: TinyTarg
     metadata = {
         "prompt": json.dumps(prompt.tolist()),
         "hidden_states_source": (
-            f"{path} ({type(target).__name__}, transformers {transformers.__version__}, float32, sdpa) "
+            f"{path} ({type(model).__name__}, transformers {transformers.__version__}, float32, sdpa) "
             f"over prompt[0..T-1]: output_hidden_states{list(hf_hidden_state_indices)}"),
         "alignment": REFERENCE_ALIGNMENT,
     }
@@ -264,7 +264,7 @@ def step_0_and_fed_state(head, first_layer, forward, fed_state) -> tuple:
     output) and the state the trainer feeds step 1 (``fed_state(args, kwargs)`` of ``first_layer``'s second call)."""
     import torch
 
-    got = {"layer_calls": 0}
+    got: dict = {"layer_calls": 0}
 
     def on_head(_m, _i, out):
         got.setdefault("logits", out.detach().clone())

@@ -89,7 +89,7 @@ def target_hidden_states(corpus, layer_ids: list[int], directory: Path = TARGET.
 
     model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32,
                                                  attn_implementation="sdpa").eval()
-    captured = {}
+    captured: dict = {}
     model.model.norm.register_forward_hook(lambda _m, args, _o: captured.__setitem__("last", args[0]))
     with torch.no_grad():
         for ids, _ in corpus:

@@ -27,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from contracts.engine_spec import EngineSpec
 from contracts.trainer_profile import PROFILES
 from contracts.builds import RECORD
 from contracts.trainers.common import REPO_ROOT, sha256_files
@@ -42,7 +43,7 @@ def twin(trainer: str) -> Path:
     return CONVERGED / trainer
 
 
-def compare_to_twin(draft: Path, trainer: str, engine: str) -> dict:
+def compare_to_twin(draft: Path, trainer: str, engine: EngineSpec) -> dict:
     """The build's and the bundled draft's mean acceptance length on ``engine``'s serving loop, measured in one run
     (greedy, the same prompts), and the failure when the build's falls more than ``accept.NOISE`` below."""
     from contracts.accept import NOISE, measure

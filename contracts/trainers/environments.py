@@ -204,7 +204,7 @@ def _build(env: Path, recipe: Recipe, source: Path | None, trainer: str, version
     (env / "build.json").write_text(json.dumps({"seconds": round(time.perf_counter() - start, 1)}) + "\n")
     (env / "ready").write_text(f"{name}\n")
     add_setup_seconds(time.perf_counter() - start)
-    progress(env, trainer, version, "ready")
+    progress(env, f"{trainer}=={version}", "ready")
 
 
 def _make(env: Path, recipe: Recipe, source: Path | None, trainer: str, version: str, out, log,
@@ -214,15 +214,15 @@ def _make(env: Path, recipe: Recipe, source: Path | None, trainer: str, version:
     uv = uv_binary()
     make = [*uv, "venv", "--quiet", "--python", sys.executable, str(env)] if uv else \
         [sys.executable, "-m", "venv", str(env)]
-    run_step(make, out, log, env, trainer, version, dict(os.environ))
+    run_step(make, out, log, env, f"{trainer}=={version}", dict(os.environ))
     installer, call_env = install_command(env)
     if as_of:
         installer = [*installer, "--exclude-newer", as_of, "--exclude-newer-package", "torch=2100-01-01"]
     recipe_file = env / "recipe.txt"
     recipe_file.write_text(recipe.text())
-    run_step([*installer, "-r", str(recipe_file)], out, log, env, trainer, version, call_env)
+    run_step([*installer, "-r", str(recipe_file)], out, log, env, f"{trainer}=={version}", call_env)
     package = str(source) if source is not None else f"{DISTRIBUTION[trainer]}=={version}"
-    run_step([*installer, "--no-deps", "-r", str(recipe_file), package], out, log, env, trainer, version, call_env)
+    run_step([*installer, "--no-deps", "-r", str(recipe_file), package], out, log, env, f"{trainer}=={version}", call_env)
     return _closure(env, recipe, trainer, installer, call_env, out, log, version)
 
 
@@ -250,7 +250,7 @@ def _closure(env: Path, recipe: Recipe, trainer: str, installer, call_env, out, 
     """Run build-tiny in the environment; add each module it could not import; repeat."""
     answer = {}
     for _ in range(MAX_ROUNDS):
-        progress(env, trainer, version, "building a tiny draft once (the probe: what it imports that is missing)")
+        progress(env, f"{trainer}=={version}", "building a tiny draft once (the probe: what it imports that is missing)")
         with tempfile.TemporaryDirectory(prefix="eagle3-contracts-trainer-probe-") as scratch:
             answer = run_build_tiny(env / "bin" / "python", trainer, Path(scratch) / "out", reference=False)
         missing = NEEDS.search(answer.get("error", ""))
@@ -262,7 +262,7 @@ def _closure(env: Path, recipe: Recipe, trainer: str, installer, call_env, out, 
         if dist in CPU_IMPORTABLE and CPU_IMPORTABLE[dist] not in recipe.lines:
             recipe.add(CPU_IMPORTABLE[dist], f"{top}: imported by build-tiny at module level; "
                                              f"{CPU_IMPORTABLE[dist]} (importable without a GPU)")
-            run_step([*installer, CPU_IMPORTABLE[dist]], out, log, env, trainer, version, call_env)
+            run_step([*installer, CPU_IMPORTABLE[dist]], out, log, env, f"{trainer}=={version}", call_env)
             continue
         if CUDA_STACKS.match(dist) or TRAINING_STACKS.match(dist):
             answer["stopped"] = f"build-tiny imports {module}, a CUDA or multi-GPU stack never installed here"
@@ -283,7 +283,7 @@ def _closure(env: Path, recipe: Recipe, trainer: str, installer, call_env, out, 
             return answer
         recipe.add(requirement, f"{top}: imported by build-tiny; "
                                 + (f"{requirement} as declared" if dist in recipe.declared else "undeclared (unpinned)"))
-        run_step([*installer, requirement], out, log, env, trainer, version, call_env)
+        run_step([*installer, requirement], out, log, env, f"{trainer}=={version}", call_env)
     answer["stopped"] = f"more than {MAX_ROUNDS} missing imports"
     return answer
 

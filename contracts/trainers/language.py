@@ -33,7 +33,8 @@ class Language:
         starts, inner = self.ids[:20], self.ids[20:]
         rng.shuffle(starts)
         rng.shuffle(inner)
-        words, seen = [], set()
+        words: list[list[int]] = []
+        seen: set = set()
         while len(words) < WORDS:
             word = (rng.choice(starts), rng.choice(inner), rng.choice(inner))
             if word not in seen:

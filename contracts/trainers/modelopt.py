@@ -176,7 +176,7 @@ def _train_step(model) -> float:
         import inspect
 
         module = inspect.getmodule(type(model).forward)
-        if "No viable backend for scaled_dot_product_attention" in str(e) and \
+        if "No viable backend for scaled_dot_product_attention" in str(e) and module is not None and \
                 "enable_cp_ttt_patch()" in inspect.getsource(module):
             # 0.43.0: training-mode TTT steps run under sdpa_kernel(SDPBackend.CUDNN_ATTENTION) (its context-parallel
             # patch, on unless eagle_mix_hidden_states), a CUDA-only backend
@@ -276,7 +276,7 @@ def reference(model, name: str, target: TinyTarget, ver: str, path: Path | None 
     import transformers
 
     prompt = torch.tensor(reference_prompt(target.vocab_size), dtype=torch.long)
-    captured = {"logits": []}
+    captured: dict = {"logits": []}
     original_prepare, original_forward = model._prepare_eagle_inputs, model._eagle_forward
     if getattr(model, "eagle_mix_hidden_states", False):
         raise RuntimeError(f"{name}: eagle_mix_hidden_states feeds randomly chosen rows back; no chain to record")
@@ -364,8 +364,10 @@ def main() -> None:
     ver = version("nvidia-modelopt")
     with tempfile.TemporaryDirectory(prefix="modelopt-fixtures-") as tmp:
         scratch = Path(tmp)
-        for name, kwargs in (("modelopt-default-hd32", {}),
-                             ("modelopt-explicit-hd32", {"explicit_ids": EXPLICIT_IDS, "draft_vocab": REDUCED_VOCAB})):
+        builds: tuple[tuple[str, dict], ...] = (
+            ("modelopt-default-hd32", {}),
+            ("modelopt-explicit-hd32", {"explicit_ids": EXPLICIT_IDS, "draft_vocab": REDUCED_VOCAB}))
+        for name, kwargs in builds:
             built = build(scratch, name, LLAMA_TINY_HD32, **kwargs)
             details = built["details"]
             details["reference"] = reference(built["model"], name, LLAMA_TINY_HD32, ver)

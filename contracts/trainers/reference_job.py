@@ -52,7 +52,7 @@ def synthetic_target(target_dir: Path, draft_dir: Path, out: Path) -> str:
         if what == "embedding":
             found += [(f"the draft's own {n}", t) for n, t in own.items()]
         source = next(((w, t) for w, t in found if param is not None and tuple(t.shape) == tuple(param.shape)), None)
-        if source is not None:
+        if source is not None and param is not None:
             with torch.no_grad():
                 param.copy_(source[1].float())
         said.append(f"{what} {source[0] if source else 'random'}")
@@ -74,21 +74,21 @@ def make(trainer: str, draft: Path, target: TinyTarget, out: Path) -> dict:
     """TRAINER's own reference forward on DRAFT's weights (``reference`` of its fixture builder), written to OUT."""
     with tempfile.TemporaryDirectory(prefix="eagle3-contracts-reference-") as work:
         if trainer == "speculators":
-            from contracts.trainers.speculators import reference
+            from contracts.trainers.speculators import reference as speculators_reference
 
-            return reference("user-draft", version(DISTRIBUTIONS[trainer]), target, directory=draft, path=out,
+            return speculators_reference("user-draft", version(DISTRIBUTIONS[trainer]), target, directory=draft, path=out,
                              verifier=target.directory)
         if trainer == "specforge":
             from contracts.trainers.common import REFERENCE_STEPS
-            from contracts.trainers.specforge import reference
+            from contracts.trainers.specforge import reference as specforge_reference
 
-            return reference(Path(work), draft / "config.json", None, "user-draft", target, out_dir=draft, path=out,
+            return specforge_reference(Path(work), draft / "config.json", None, "user-draft", target, out_dir=draft, path=out,
                              ttt_length=REFERENCE_STEPS)
         if trainer == "modelopt":
-            from contracts.trainers.modelopt import load_export, reference
+            from contracts.trainers.modelopt import load_export, reference as modelopt_reference
 
             model, _ = load_export(draft, target)
-            return reference(model, "user-draft", target, version(DISTRIBUTIONS[trainer]), out)
+            return modelopt_reference(model, "user-draft", target, version(DISTRIBUTIONS[trainer]), out)
     raise ValueError(f"no reference job for {trainer}")
 
 

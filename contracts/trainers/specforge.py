@@ -70,7 +70,7 @@ RUN_ID = "fixture"
 # (vLLM's CPU kernel), and an EAGLE-3.1 draft trained for two steps: specforge's fc_norm (one RMSNorm per aux
 # chunk before fc) and norm_output (in specforge: the final norm before lm_head; the state fed to the next step
 # stays raw), both written to the draft config as a user turns them on
-BUILDS = (("specforge", LLAMA_TINY, {}, None), ("specforge-hd32", LLAMA_TINY_HD32, {}, None),
+BUILDS: tuple[tuple[str, TinyTarget, dict, int | None], ...] = (("specforge", LLAMA_TINY, {}, None), ("specforge-hd32", LLAMA_TINY_HD32, {}, None),
           ("specforge-eagle31-hd32", LLAMA_TINY_HD32, {"fc_norm": True, "norm_output": True}, 2))
 
 FUNCTIONS_CALLED = [

@@ -124,7 +124,7 @@ def build_tiny(scratch: Path, target: TinyTarget, draft: Path, reference_path: P
     selected = [i + int(off) for i, off in enumerate(draft_model.d2t.tolist())]
     n = target.geometry["num_hidden_layers"]
     hidden = [2, n // 2, n - 3]  # 0.1.0's online capture (see the module docstring)
-    details = dict(export="transformers.PreTrainedModel.save_pretrained (0.1.0 has no exporter)",
+    details: dict = dict(export="transformers.PreTrainedModel.save_pretrained (0.1.0 has no exporter)",
                    selected_target_ids=selected, aux_layer_ids=None,
                    aux_layer_convention="none saved: 0.1.0 writes no eagle_config; it trains on hidden_states"
                                         "[1+1, N//2-1+1, N-4+1], SGLang's default capture for Llama",

@@ -345,7 +345,8 @@ def trained_hidden_states(aux_ids: list[int] | None, num_layers: int) -> tuple[l
 
     # located through the top package and read, never imported: speculators.data_generation imports vllm
     package = importlib.util.find_spec("speculators")
-    worker = next((Path(d) / "data_generation" / "custom_worker.py" for d in package.submodule_search_locations
+    locations = (package.submodule_search_locations if package else None) or []
+    worker = next((Path(d) / "data_generation" / "custom_worker.py" for d in locations
                    if (Path(d) / "data_generation" / "custom_worker.py").is_file()), None)
     if worker is not None:
         source = worker.read_text()
@@ -398,7 +399,7 @@ def _switch_semantics(model, forward, inputs: dict, extra: dict) -> dict:
                             **extra, position_ids=inputs["positions"][None], ttt_steps=2),
             lambda args, kwargs: (args[0] if args else kwargs["hidden_states"])[..., -hidden:])
 
-    flips = {}
+    flips: dict[str, tuple] = {}
     config, first = model.config, model.layers[0]
     for key, owner in (("norm_output", config), ("norm_before_residual", first)):
         if isinstance(getattr(owner, key, None), bool):

@@ -113,7 +113,7 @@ MIXTRAL = {
     "vocab_size": VOCAB,
 }
 
-CONFIGS = {
+CONFIGS: dict[str, tuple[str, dict]] = {
     "qwen3-tiny-config": ("Qwen/Qwen3-8B", QWEN3),
     "qwen3-moe-tiny-config": ("Qwen/Qwen3-30B-A3B", QWEN3_MOE),
     "deepseek-v3-tiny-config": ("deepseek-ai/DeepSeek-V3", DEEPSEEK_V3_TEXT),

@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from contracts.engine_spec import EngineSpec
 from contracts.bundled import bundled_subjects, expected_failures
 from contracts.recordings import load_recordings, replay_subject
 from contracts.registry import FAIL, PASS, WARN
@@ -19,8 +20,8 @@ from contracts.registry import FAIL, PASS, WARN
 # (a GPU deployment's default) and V1, llama.cpp
 RELEASES = ("sglang==0.5.23", "vllm==0.32.0", "vllm==0.32.0:v1", "llamacpp==2026.10.11549")
 RELEASE = RELEASES[0]
-RECORDED = {release: load_recordings(release) for release in RELEASES}
-SUBJECTS = {s.name: s for s in bundled_subjects("sglang")}
+RECORDED = {release: load_recordings(EngineSpec.parse(release)) for release in RELEASES}
+SUBJECTS = {s.name: s for s in bundled_subjects(EngineSpec("sglang"))}
 
 
 def replayed(name: str, edit=None, release: str = RELEASE):
@@ -28,7 +29,7 @@ def replayed(name: str, edit=None, release: str = RELEASE):
     recorded = json.loads(json.dumps(RECORDED[release][name]))
     if edit is not None:
         edit(recorded["answers"])
-    subject = bundled_subjects(release)[list(SUBJECTS).index(name)]
+    subject = bundled_subjects(EngineSpec.parse(release))[list(SUBJECTS).index(name)]
     return replay_subject(subject, recorded)
 
 
@@ -53,7 +54,7 @@ def test_a_replay_gives_the_live_verdicts_and_the_documented_ones(release, name)
     finally:
         subject.close()
     assert got == RECORDED[release][name]["verdicts"]
-    documented = {c for (example, c) in expected_failures(release) if example == name}
+    documented = {c for (example, c) in expected_failures(EngineSpec.parse(release)) if example == name}
     assert {c for c, status in got.items() if status == FAIL} == documented
 
 

@@ -11,12 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from contracts.engine_spec import EngineSpec
 from contracts.recordings import load_recordings
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "tests" / "data" / "engines"
 DRAFTS, TARGETS = REPO / "fixtures" / "drafts", REPO / "fixtures" / "targets"
-RECORDED = load_recordings("sglang==0.5.23")
+RECORDED = load_recordings(EngineSpec("sglang", "0.5.23"))
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

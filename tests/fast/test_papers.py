@@ -102,13 +102,14 @@ def test_the_bundled_drafts_table_has_every_draft_on_every_path():
 def test_the_matrix_rows_of_every_recorded_engine_path_are_the_recorded_verdicts():
     """Every cell, warnings and skips included, against the verdicts each recorded engine path's run gave (the pinned
     SGLang, vLLM on both runners)."""
+    from contracts.engine_spec import EngineSpec
     from contracts.recordings import load_recordings
 
     header, rows = matrix_rows()
     contracts = header[4:-1]
     compared = set()
     for row in rows:
-        recorded = load_recordings(release_key(row[1], row[2]))
+        recorded = load_recordings(EngineSpec.parse(release_key(row[1], row[2])))
         if recorded:
             cells = {c: cell.split(" ")[0].lower() for c, cell in zip(contracts, row[4:-1])}
             assert cells == recorded[row[0]]["verdicts"], (row[0], row[1], row[2])

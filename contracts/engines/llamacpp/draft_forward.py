@@ -55,7 +55,7 @@ def observe_forward(engine_dir, target_dir, reference_path, runner=None) -> Forw
     if chain:
         obs.reference_chain = chain
         obs.chain_loop = CHAIN_LOOP
-        obs.engine_chain = [[row[back].tolist() for row in step] for step in later]
+        obs.engine_chain = [[row[back].tolist() for row in step] for step in later or []]
         obs.chain_path = ("llama.cpp's decoder stepped as its draft() steps it: one pair per step at the next "
                           "position (the chain's token, the previous step's pre-norm state) over the KV cache of "
                           "positions 0..anchor and the chain so far; ground-truth tokens in place of sampled ones")
@@ -66,7 +66,7 @@ def observe_forward(engine_dir, target_dir, reference_path, runner=None) -> Forw
 def _later_steps(graph, ids, g, prenorm0, steps: int) -> list:
     """[step k - 1][anchor] -> llama.cpp's target-vocab logits row of step k of the chain anchored there."""
     t = len(ids)
-    later = [[] for _ in range(steps - 1)]
+    later: list[list] = [[] for _ in range(steps - 1)]
     for anchor in range(t):
         n = min(steps, t - anchor)
         if n < 2:

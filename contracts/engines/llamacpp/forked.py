@@ -41,4 +41,4 @@ def run(fn, args: tuple, cwd: Path, log: Path, timeout: float) -> int:
         child.kill()
         child.join()
         return -1
-    return child.exitcode
+    return -1 if child.exitcode is None else child.exitcode

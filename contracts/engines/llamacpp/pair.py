@@ -13,6 +13,7 @@ import atexit
 import re
 import shutil
 import tempfile
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,7 @@ class Pair:
     draft: dict  # converter.convert's answer, with read_gguf's when it converted (the GGUF kept in scratch)
     target: dict  # converter.convert_target's answer
     folder: Path
-    graph: object | None = None  # graph.DraftGraph: the pair loaded by llama.cpp
+    graph: Any = None  # graph.DraftGraph: the pair loaded by llama.cpp
     loader_error: str | None = None  # the first error llama.cpp's loader logged (the pair did not load)
 
     def close(self) -> None:
@@ -160,7 +161,7 @@ def first_layer_of(target_dir: Path, out: Path) -> tuple[Path, str]:
 
 def _later_layer(name: str) -> bool:
     found = LAYER_INDEX.search(name)
-    return bool(found) and int(found.group(1)) > 0
+    return found is not None and int(found.group(1)) > 0
 
 
 def probed(target_gguf: Path, draft_gguf: Path, folder: Path) -> str | None:

@@ -4,6 +4,7 @@ the HF draft with that tree's own gguf-py (``contracts.engines.llamacpp.tree`` u
 
 from __future__ import annotations
 
+from contracts.engine_spec import EngineSpec
 from contracts.engines.recipes import (CPU_TORCH, Recipe, ReleaseNotFound, always, canonical, requirement_line,
                                        sdist_requirements)
 
@@ -11,20 +12,21 @@ LLAMACPP_TREE = "thirdparty/llama.cpp"
 LLAMACPP_CONVERTER_REQUIREMENTS = "requirements/requirements-convert_hf_to_gguf.txt"
 
 
-def derive(version: str) -> Recipe:
+def derive(release: EngineSpec) -> Recipe:
     """llama.cpp's environment: what its converter's own requirements file declares (the tree's
     ``requirements/requirements-convert_hf_to_gguf.txt`` in the release's source distribution), torch replaced by the
     CPU wheel and ``gguf`` by the tree's own gguf-py (the index's gguf does not know EAGLE-3), which the environment
     builder installs from the tree with the converter beside it; the xllamacpp wheel itself has no dependencies."""
     from packaging.requirements import Requirement
 
-    lines = sdist_requirements("llamacpp", version, f"{LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}")
+    version = str(release.version)
+    lines = sdist_requirements(release, f"{LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}")
     reqs = [r for r in map(Requirement, lines) if r.marker is None or r.marker.evaluate()]
     if not reqs:
         raise ReleaseNotFound(f"xllamacpp=={version}'s source release has no {LLAMACPP_TREE}/"
                               f"{LLAMACPP_CONVERTER_REQUIREMENTS}: no llama.cpp converter to run")
     declared = {canonical(r.name): requirement_line(r) for r in reqs}
-    recipe = Recipe("llamacpp", version, always("llamacpp"), declared=declared)
+    recipe = Recipe(release.name, version, always(release.profile), declared=declared)
     recipe.lines += [line for name, line in declared.items() if name not in ("torch", "gguf")]
     recipe.notes.append(f"from xllamacpp=={version}'s {LLAMACPP_TREE}/{LLAMACPP_CONVERTER_REQUIREMENTS}: "
                         + ", ".join(declared.values()) + f"; torch {CPU_TORCH}'s CPU wheel, gguf from the tree; the "

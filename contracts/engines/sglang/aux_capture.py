@@ -354,7 +354,7 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
                     return positions, "position"
                 return int(states.shape[-1]) // hidden, "count"  # (transformers could not place them: by count)
 
-            _verify_ids(obs, model, owner, forward, trainer_hf_indices)
+            _verify_ids(obs, model, owner, forward, list(trainer_hf_indices or []))
         _observe_draft(obs, tiny_draft, captured)
         return obs
     finally:

@@ -71,7 +71,7 @@ def run_model_runner_statement(select, scope: dict) -> dict:
     found = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.If) and select(node)]
     if len(found) != 1:
         raise LookupError(f"{len(found)} statements of this release's ModelRunner match (expected 1)")
-    return _run_nodes(found, inspect.getsourcefile(model_runner), model_runner, scope)
+    return _run_nodes(found, str(inspect.getsourcefile(model_runner)), model_runner, scope)
 
 
 def run_method_statements(cls, method: str, first, last, scope: dict) -> dict:
@@ -79,13 +79,14 @@ def run_method_statements(cls, method: str, first, last, scope: dict) -> dict:
     next one ``last(node)`` picks, on the stand-in ``self`` in ``scope`` (e.g. 0.5.3's embed/head wiring, inline
     in ``EAGLEWorker.__init__`` between ``get_embed_and_head()`` and the ``set_embed`` branch)."""
     function = ast.parse(textwrap.dedent(inspect.getsource(getattr(cls, method)))).body[0]
+    assert isinstance(function, ast.FunctionDef), f"{cls.__name__}.{method} is not a function"
     body = function.body
     start = next((i for i, node in enumerate(body) if first(node)), None)
     end = next((i for i, node in enumerate(body) if start is not None and i >= start and last(node)), None)
     if start is None or end is None:
         raise LookupError(f"{cls.__name__}.{method} has no statements from {first} to {last} in this release")
     module = importlib.import_module(cls.__module__)
-    return _run_nodes(body[start:end + 1], inspect.getsourcefile(cls), module, scope)
+    return _run_nodes(body[start:end + 1], str(inspect.getsourcefile(cls)), module, scope)
 
 
 def runner_stand_in(**attrs):

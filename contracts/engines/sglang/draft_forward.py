@@ -38,7 +38,8 @@ def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservatio
     obs.engine_map = hot.tolist() if hot is not None else list(range(replay.draft_vocab))
     steps = 1 + (len(chain) if chain else 0)
     t_len = int(ids.shape[0])
-    rows, later = [], [[] for _ in range(steps - 1)]
+    rows: list = []
+    later: list[list] = [[] for _ in range(steps - 1)]
     try:
         for anchor in range(t_len):
             chain_rows = draft_chain(w.draft, w.mc.hf_config, torch.float32, ids, hidden, anchor,

@@ -61,7 +61,7 @@ def _keys_read(engine_dir: Path) -> list[str]:
             reads.add(name)
         return inherited(self, name)
 
-    cls.__getattribute__ = recording
+    cls.__getattribute__ = recording  # type: ignore[assignment]  # (restored below)
     try:
         model = build_model(mc, device="meta")
         ckpt = Checkpoint.open(engine_dir)

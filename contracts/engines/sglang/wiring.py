@@ -181,7 +181,7 @@ def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
 
     names = {id(p): f"target:{n}" for n, p in target.named_parameters(remove_duplicate=False)}
     names.setdefault(id(own_embed), f"draft:{EMBED_PARAM}")
-    written = {}
+    written: dict = {}
     for fate in fates.values():
         for call in fate.calls:
             if call.error is None:

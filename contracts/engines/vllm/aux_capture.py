@@ -339,7 +339,7 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
             obs.hf_indices = _positions(aux, stream)
             obs.hf_indices_from = "matched against the target's own layer outputs in vLLM (hidden_states numbering)"
         if obs.ids_for_trainer_layers is not None:
-            _verify_ids(obs, configs, model, owner, input_ids, trainer_hf_indices)
+            _verify_ids(obs, configs, model, owner, input_ids, list(trainer_hf_indices or []))
         _observe_draft(obs, configs, captured, input_ids, draft)
         return obs
     finally:

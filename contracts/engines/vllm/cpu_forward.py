@@ -56,8 +56,9 @@ def head_dim_of(cfg) -> int | None:
     """The attention head size a config gives (``head_dim``, else hidden / heads); works on dicts and configs."""
     get = cfg.get if isinstance(cfg, dict) else (lambda k: getattr(cfg, k, None))
     head = get("head_dim")
-    if head is None and get("hidden_size") and get("num_attention_heads"):
-        head = int(get("hidden_size")) // int(get("num_attention_heads"))
+    hidden, heads = get("hidden_size"), get("num_attention_heads")
+    if head is None and hidden and heads:
+        head = int(hidden) // int(heads)
     return None if head is None else int(head)
 
 

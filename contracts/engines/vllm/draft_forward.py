@@ -71,7 +71,7 @@ def observe_forward(engine_dir, target_dir, reference_path, runner: str | None =
     if chain:
         obs.reference_chain = chain
         obs.chain_loop = f"vLLM {w.runner.upper()} proposer loop"
-        obs.engine_chain = [[row[back].tolist() for row in step] for step in later]
+        obs.engine_chain = [[row[back].tolist() for row in step] for step in later or []]
         obs.chain_path = (f"vLLM's draft forward stepped as the {w.runner.upper()} proposer steps it (position +1, fed "
                           "the forward's second output at the sampled row), one causal prefill per step over the "
                           "prompt and the chain so far, ground-truth tokens in place of drafted ones")
@@ -81,7 +81,7 @@ def observe_forward(engine_dir, target_dir, reference_path, runner: str | None =
 def _later_steps(draft, vc, ids, combined, step0_fed, steps: int) -> list:
     """[step k - 1][anchor] -> the engine's target-vocab logits row of step k of the chain anchored there."""
     t = int(ids.shape[0])
-    later = [[] for _ in range(steps - 1)]
+    later: list[list] = [[] for _ in range(steps - 1)]
     for anchor in range(t):
         for k, row in enumerate(chain_rows(draft, vc, ids, combined, step0_fed[anchor], anchor,
                                            min(steps, t - anchor)), start=1):

@@ -123,9 +123,14 @@ def handed(module, name: str, stand_in, unused: str, unused_error_is_ours: bool 
     from contracts.engines.errors import ReplayError
     from contracts.engines.vllm.context import engine_version
 
-    calls = []
+    calls: list[int] = []
     saved = getattr(module, name)
-    setattr(module, name, lambda *args, **kwargs: calls.append(1) or stand_in(*args, **kwargs))
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return stand_in(*args, **kwargs)
+
+    setattr(module, name, counted)
     try:
         yield
     except Exception as e:

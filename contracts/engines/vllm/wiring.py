@@ -140,7 +140,8 @@ def wire(engine_dir, target_dir, dtype: str = "auto", runner: str | None = None)
     target = build_target(configs)
     has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
     own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)
-    error, calls = None, []
+    error: str | None = None
+    calls: list = []
     replay = WIRING[judged]
     with set_current_vllm_config(configs.vc), torch.no_grad():
         try:
@@ -208,7 +209,7 @@ def observe_embed_head(engine_dir, target_dir, runner: str | None = None) -> Wir
     draft, target, tracer, fates = w.draft, w.target, w.tracer, w.fates
     names = {id(p): f"target:{n}" for n, p in target.named_parameters(remove_duplicate=False)}
     names.setdefault(id(w.own_embed), f"draft:{EMBED_PARAM}")
-    written = {}
+    written: dict = {}
     for fate in fates.values():
         for call in fate.calls:
             if call.error is None:

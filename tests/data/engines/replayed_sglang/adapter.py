@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contracts.engine_spec import EngineSpec
 from contracts.engines.recorded import NotRecorded, Replayed, answer_key
 from contracts.recordings import load_recordings
 
-RELEASE = "sglang==0.5.23"
+RELEASE = EngineSpec("sglang", "0.5.23")
 REPO = Path(__file__).resolve().parents[4]
 
 
@@ -18,13 +19,13 @@ def _engine(op: str, engine_dir) -> Replayed:
     for recorded in load_recordings(RELEASE).values():
         if key in recorded["answers"]:
             served = None if Path(engine_dir).resolve().is_relative_to(REPO / "fixtures") else Path(engine_dir)
-            return Replayed("replayed", recorded["answers"], {"{repo}": REPO, "{served}": served})
+            return Replayed(EngineSpec("replayed"), recorded["answers"], {"{repo}": REPO, "{served}": served})
     raise NotRecorded(f"no recording of {RELEASE} answers {op!r} about {engine_dir}")
 
 
 def info() -> dict:
     recorded = next(iter(load_recordings(RELEASE).values()))
-    return {**recorded["answers"]["info"]["result"], "name": "replayed", "replays": RELEASE}
+    return {**recorded["answers"]["info"]["result"], "name": "replayed", "replays": str(RELEASE)}
 
 
 def path(engine_dir, target_dir, runner=None):
