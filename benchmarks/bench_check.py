@@ -372,7 +372,7 @@ def measure_tree(argv: list[str], env: dict | None = None) -> dict:
 def vllm_comparison(py: str, root: Path, tg: dict) -> None:
     """check --engine vllm against the naive way in vLLM's own environment, on the Kimi-sized drafter."""
     from contracts.engine_spec import EngineSpec
-    from contracts.engines.environments import environment_for
+    from contracts.environments.engines import environment_for
 
     draft = root / "kimi-drafter-vllm"
     params = drafter(draft, hidden=7168, vocab=163840, draft_vocab=32000, heads=56, kv_heads=8, inter=18432,

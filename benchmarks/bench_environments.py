@@ -1,5 +1,5 @@
 """What one more engine release costs: its environment's build time and disk, made with uv (one shared cache, hard
-links) against pip, each from the recipe derived from the release's own metadata (contracts.engines.recipes).
+links) against pip, each from the recipe derived from the release's own metadata (contracts.environments.recipes).
 
 For two releases A and B (default SGLang 0.5.6 and 0.5.7), each mode in its own empty environments root:
 
@@ -41,7 +41,7 @@ def build(root: Path, engine: str, version: str, installer: str) -> dict:
     before = du_mb(root)
     env = {**os.environ, "EAGLE3_CONTRACTS_ENVS": str(root), "EAGLE3_CONTRACTS_INSTALLER": installer}
     code = ("import sys; from contracts.engine_spec import EngineSpec; "
-            "from contracts.engines.environments import environment_for; "
+            "from contracts.environments.engines import environment_for; "
             f"print(environment_for(EngineSpec({engine!r}, {version!r})))")
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=False)

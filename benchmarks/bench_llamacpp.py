@@ -36,7 +36,7 @@ TARGET = REPO / "fixtures" / "targets" / "llama-tiny"
 def llamacpp_python() -> Path:
     sys.path.insert(0, str(REPO))
     from contracts.engine_spec import PINNED, EngineSpec
-    from contracts.engines.environments import environment_for
+    from contracts.environments.engines import environment_for
 
     return environment_for(EngineSpec("llamacpp", PINNED["llamacpp"]))
 

@@ -89,7 +89,7 @@ def measure(draft, target, *, engine: EngineSpec | None = None, tokens: int = 3,
     Checkpoint.open(draft)
     Checkpoint.open_target(target, require_weights=True)  # with its weights: accept serves the target
     loop = serving_loop(engine)
-    from contracts.engines.environments import environment_for
+    from contracts.environments.engines import environment_for
     from contracts.engines.remote import run_module
 
     python = environment_for(loop.release)
@@ -137,17 +137,17 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
     """The trainer's expectation for DRAFT (``contracts.trainers.expectation``) in the environment of the trainer
     release that saved it, or why there is none."""
     from contracts.engines.serving_prompts import prompts as fixed_prompts
-    from contracts.trainers.expectation import PROPOSERS
+    from contracts.trainer_profile import PROFILES
 
     checkpoint = Checkpoint.open(draft)
     trainer = checkpoint.trainer_format
     from contracts.references import trainer_release
 
     release, which = trainer_release(checkpoint, trainer)
-    if trainer not in PROPOSERS or not release:
+    if trainer not in PROFILES or PROFILES[trainer].proposer is None or not release:
         return {"unavailable": f"no trainer expectation for {trainer} drafts yet"}
     from contracts.engines.remote import run_module
-    from contracts.trainers.environments import TrainerBuildError, environment_for
+    from contracts.environments.trainers import TrainerBuildError, environment_for
 
     try:
         python = environment_for(trainer, release)

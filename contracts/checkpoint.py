@@ -77,13 +77,6 @@ def rope_of(cfg: dict) -> tuple[float | None, dict | None]:
 # The record every `convert` copy carries in its config.json (written by contracts.convert_command, read by the subject)
 CONVERSION_RECORD_KEY = "eagle3_contracts_conversion"
 
-# eagle_config keys only NVIDIA Model Optimizer's export writes (modelopt/torch/export/plugins/hf_spec_configs.py)
-MODELOPT_EAGLE_KEYS = {"use_input_layernorm_in_first_layer", "use_mtp_layernorm", "next_layer_regular",
-                       "parallel_draft_step", "parallel_draft_heads_num_layers"}
-# the draft class NVIDIA NeMo Automodel's EAGLE-3 recipe writes into its checkpoints' architectures
-# (nemo_automodel/recipes/llm/train_eagle3.py); no engine registers it, its serve helpers rewrite it
-AUTOMODEL_DRAFT_CLASS = "LlamaEagle3DraftModel"
-
 
 class InputError(Exception):
     """The input cannot be judged at all (missing, malformed, unsafe). Rendered as one line, exit 2."""
@@ -441,17 +434,9 @@ class Checkpoint:
         ``midlayer.*``), ``modelopt`` (NVIDIA Model Optimizer's export: its own switches in ``eagle_config``),
         ``automodel`` (NVIDIA NeMo Automodel's training checkpoint: its draft class ``LlamaEagle3DraftModel`` in
         ``architectures``, which its serve helpers rewrite) or ``sglang`` (another flat Llama-style config)."""
-        cfg = self.config
-        if "transformer_layer_config" in cfg or "speculators_config" in cfg or cfg.get("speculators_model_type"):
-            return "speculators"
-        if cfg.get("architectures") == [AUTOMODEL_DRAFT_CLASS]:
-            return "automodel"
-        if any(t.startswith("midlayer.") for t in self.tensors):
-            return "specforge"
-        eagle = cfg.get("eagle_config")
-        if isinstance(eagle, dict) and MODELOPT_EAGLE_KEYS & set(eagle):
-            return "modelopt"
-        return "sglang"
+        from contracts.trainer_profile import saved_form_of
+
+        return saved_form_of(self.config, self.tensors)  # (each trainer profile's ``form``)
 
     def load_tensor(self, name: str):
         """Read one tensor (used for the small ones, and for tiny drafts' load tracing)."""

@@ -19,7 +19,7 @@ engine serves DST as trained), 1 a contract fails (matrix: no engine serves it; 
 trained, and why; accept: a collapse or a gap beyond noise), 2 the input or the invocation is unusable (one line on
 stderr, nothing written), 3 nothing fails but a contract was not judged for want of an input the user can give
 (--target, the target's weights, --trainer; --allow-not-judged accepts it). ``--engine sglang==X`` for a release other than the one
-installed here runs the engine side in that release's cached environment (contracts.engines.environments). Every
+installed here runs the engine side in that release's cached environment (contracts.environments.engines). Every
 verdict is about the code path a GPU deployment of the release takes by default (vLLM: Model Runner V2; SGLang: the
 worker its release constructs), and says so; ``--runner v1`` (vLLM) judges the other runner.
 """
@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--allow-not-judged", action="store_true",
                    help="exit 0 although a contract was not judged for want of an input you could give (as for check)")
     b = sub.add_parser("build-tiny", help="build a tiny draft with the trainer release installed here (then: check DIR)")
-    b.add_argument("--trainer", choices=("speculators", "specforge", "modelopt", "automodel"), required=True)
+    b.add_argument("--trainer", choices=tuple(TRAINERS), required=True)
     b.add_argument("--out", required=True, help="output directory (new, empty, or an earlier build-tiny output)")
     b.add_argument("--target", help="a small target model directory with weights (default: the bundled tiny Llama, "
                                     "made by transformers into DIR/target)")
@@ -168,7 +168,7 @@ def _engine(text: str, runner: str | None = None) -> EngineSpec:
                                  f"-e check`, or name a release (--engine {spec.name}==X) to use its own cached "
                                  "environment")
         elif not judged_in_process(release):
-            from contracts.engines.environments import check_release
+            from contracts.environments.engines import check_release
 
             check_release(release)
     except EngineSpecError as e:
@@ -398,7 +398,7 @@ def _run_accept(args) -> int:
 
 def main(argv=None) -> int:
     from contracts.engines import close_all
-    from contracts.engines.environments import EnvironmentBuildError
+    from contracts.environments.engines import EnvironmentBuildError
     from contracts.engines.remote import WorkerError
 
     try:

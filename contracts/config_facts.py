@@ -95,11 +95,13 @@ def draft_only_scaling(subject, scaling: dict | None) -> tuple[str, str]:
     text = (f"the draft's config scales its rope ({rope_type(scaling)}: {detail}) and the target's does not: the "
             f"engine applies it at every draft position")
     fix = "keep the rope the draft was trained with in config.json"
-    if subject.trainer_format == "modelopt" and rope_type(scaling) == "yarn" and float(scaling.get("factor", 0)) == 32:
-        text += ("; Model Optimizer's export writes exactly this over a default training rope unless "
-                 "eagle_export_rope_scaling={} is set")
-        fix = ("if the draft was trained with the default rope, export it with eagle_export_rope_scaling={} (or write "
-               "that rope into config.json)")
+    from contracts.trainer_profile import PROFILES
+
+    exporter = PROFILES.get(subject.trainer_format)
+    written = exporter.export_rope if exporter is not None else None
+    if written and rope_type(scaling) == written[0] and float(scaling.get("factor", 0)) == written[1]:
+        text += f"; {written[2]}"
+        fix = written[3]
     return text, fix
 
 

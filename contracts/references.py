@@ -26,9 +26,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.trainer_profile import PROFILES
+
 JOB = "contracts.trainers.reference_job"
 JOB_VERSION = "reference-job-1"  # part of every cached reference's key: bump when what the job writes changes
-TRAINERS_WITH_JOBS = ("speculators", "specforge", "modelopt")
+# the trainers whose own forward this suite runs on a user's draft (their profiles' ``makes_references``)
+TRAINERS_WITH_JOBS = tuple(name for name, p in PROFILES.items() if p.makes_references)
 # the most float32 elements the trainer's forward may hold for the draft, and for the target (256 MB each)
 BUDGET_ELEMENTS = 64_000_000
 
@@ -67,9 +70,11 @@ def trainer_release(checkpoint, trainer: str) -> tuple[str | None, str]:
     """The trainer release whose code computes a reference or an expectation for CHECKPOINT: the one it records
     (speculators writes ``speculators_version``), else the newest one the bundled drafts were built with (Model
     Optimizer's, SpecForge's and NeMo Automodel's exports name none)."""
-    if trainer == "speculators" and isinstance(checkpoint.config.get("speculators_version"), str):
-        return checkpoint.config["speculators_version"], "the checkpoint's speculators_version"
-    from contracts.engines.environments import release_order
+    form = PROFILES[trainer].form if trainer in PROFILES else None
+    key = form.version_key if form is not None else None
+    if key and isinstance(checkpoint.config.get(key), str):
+        return checkpoint.config[key], f"the checkpoint's {key}"
+    from contracts.environments.engines import release_order
     from contracts.manifest import manifest
 
     known = sorted({e["trainer_version"] for e in manifest().values()
@@ -154,7 +159,7 @@ def _metadata(path) -> dict:
 
 
 def _cache_root() -> Path:
-    from contracts.engines.recipes import envs_root
+    from contracts.environments.recipes import envs_root
 
     return envs_root().parent / "references"
 
@@ -185,9 +190,9 @@ def _fingerprint(directory: Path) -> list:
 def _made(subject, trainer: str, release: str, why: str, synthetic: bool, form: str | None = None) -> Reference:
     """The reference TRAINER RELEASE's job makes on SUBJECT's weights (``form``: staged first in the form that trainer's
     code reads, for a draft whose trainer is unknown), from the cache when it was made before."""
-    from contracts.engines.environments import add_setup_seconds
+    from contracts.environments.engines import add_setup_seconds
     from contracts.engines.remote import run_module
-    from contracts.trainers.environments import TrainerBuildError, environment_for
+    from contracts.environments.trainers import TrainerBuildError, environment_for
 
     draft, target = Path(subject.checkpoint_path).resolve(), Path(subject.target_path).resolve()
     key = hashlib.sha256(json.dumps([JOB_VERSION, trainer, release, synthetic, form, _fingerprint(draft),

@@ -18,6 +18,7 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint, InputError, text_config
 from contracts.engine_spec import EngineSpec, default_engine
 from contracts.refusals import EngineRefused, NotADraft, TargetRefused
+from contracts.trainer_profile import nested
 from contracts.checks import mark_causes, select
 from contracts.registry import FAIL, SKIP, Result
 
@@ -133,15 +134,14 @@ class Subject:
         """The engine reads a converted copy (a speculators checkpoint on an engine that cannot dispatch the saved
         format: its profile's ``flat_config_only``, SGLang), not the directory as saved (vLLM reads speculators'
         format natively)."""
-        return self.served_as is None and self.trainer_format == "speculators" and \
-            self.engine.profile.flat_config_only
+        return self.served_as is None and nested(self.trainer_format) and self.engine.profile.flat_config_only
 
     def judged_as(self) -> dict | None:
         """Which form of the checkpoint the verdicts are about: a ``convert`` output, the hand (verbatim) conversion
         of a speculators checkpoint on SGLang, or a speculators checkpoint as saved (flat configs as saved: None)."""
         if self.served_as is not None:
             return {"form": "after convert", "directory": str(self.served_as)}
-        if self.trainer_format != "speculators":
+        if not nested(self.trainer_format):
             return None
         if self.converted:
             return {"form": "converted", "conversion": "verbatim", "command": self.convert_command(),
@@ -207,12 +207,12 @@ class Subject:
             return "given by --trainer", False
         if (self.conversion_record or {}).get("trainer"):
             return "recorded in the copy's config by convert", False
-        return {"speculators": ("speculators' own config format (speculators_config / transformer_layer_config)", False),
-                "specforge": ("guessed from the tensor names midlayer.*, which SpecForge's SGLang export writes", True),
-                "modelopt": ("guessed from Model Optimizer's own switches in eagle_config", True),
-                "automodel": ("NeMo Automodel's own draft class LlamaEagle3DraftModel in architectures (its recipe "
-                              "writes it, its serve helpers rewrite it)", False),
-                }.get(self.trainer_format, ("no trainer named, recorded or evident from the checkpoint", True))
+        from contracts.trainer_profile import PROFILES
+
+        recognised = PROFILES.get(self.trainer_format)
+        if recognised is not None and recognised.form is not None:
+            return recognised.form.basis, recognised.form.guessed
+        return "no trainer named, recorded or evident from the checkpoint", True
 
     @cached_property
     def trainer_layers(self) -> dict | None:
@@ -471,7 +471,7 @@ def path_record(subject: Subject) -> dict | None:
 
 def report(subject: Subject, only: list[str] | None = None) -> dict:
     """Run the selected contracts on one subject; the JSON document of docs/checking-a-draft.md."""
-    from contracts.engines.environments import setup_seconds
+    from contracts.environments.engines import setup_seconds
 
     start, setup = time.perf_counter(), setup_seconds()
     try:

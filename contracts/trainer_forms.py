@@ -54,20 +54,23 @@ def speculators_config(flat: dict, target_config: dict, target: str) -> dict:
 
 def staged(checkpoint: Path, trainer: str, target: Path, into: Path) -> Path:
     """CHECKPOINT written into INTO in the form TRAINER's own code reads (config layout and tensor names only)."""
+    from contracts.trainer_profile import PROFILES
+
+    profile = PROFILES.get(trainer)
+    form = profile.form if profile is not None and profile.makes_references else None
+    if form is None:
+        raise ValueError(f"no staged form for {trainer}")
     ckpt = Checkpoint.open(checkpoint)
     flat = dict(ckpt.config)
-    if trainer == "speculators":
+    renames = renamed_first_layer(ckpt.tensors, form.layer_prefix)
+    if form.nested_config:
         import json
 
         target_config = json.loads((Path(target) / "config.json").read_text())
-        return _written(checkpoint, speculators_config(flat, target_config, str(target)),
-                        renamed_first_layer(ckpt.tensors, "layers.0"), into)
-    if trainer == "specforge":
-        flat["architectures"] = ["LlamaForCausalLMEagle3"]
-        return _written(checkpoint, flat, renamed_first_layer(ckpt.tensors, "midlayer"), into)
-    if trainer == "modelopt":
-        return _written(checkpoint, flat, renamed_first_layer(ckpt.tensors, "layers.0"), into)
-    raise ValueError(f"no staged form for {trainer}")
+        return _written(checkpoint, speculators_config(flat, target_config, str(target)), renames, into)
+    if form.architectures:
+        flat["architectures"] = list(form.architectures)
+    return _written(checkpoint, flat, renames, into)
 
 
 def _written(src: Path, config: dict, renames: dict[str, str], into: Path) -> Path:

@@ -62,7 +62,7 @@ def weights_apart(a: Path, b: Path) -> float:
 
 
 def errors_in(err: str) -> str:
-    """STDERR without the progress lines a first run prints (``contracts.engines.environments.progress``, the
+    """STDERR without the progress lines a first run prints (``contracts.environments.engines.progress``, the
     reference made on the spot): what is left is what went wrong."""
     return "".join(line for line in err.splitlines(keepends=True) if not PROGRESS.match(line))
 

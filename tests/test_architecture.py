@@ -15,12 +15,38 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the ``contracts`` modules it imports (a ``from PKG import SUB`` counts as SUB only)."""
+def modules() -> dict[str, Path]:
     mods = {}
     for p in (REPO / "contracts").rglob("*.py"):
         name = ".".join(p.relative_to(REPO).with_suffix("").parts)
         mods[name.removesuffix(".__init__")] = p
+    return mods
+
+
+# A module named by a string rather than an import statement: ``pkgutil.resolve_name``'s "module:function", an
+# engine profile's adapter, a trainer profile's builder. importlib imports it all the same.
+NAMED = re.compile(r"^(contracts(?:\.[A-Za-z_]\w*)+)(:[A-Za-z_]\w*)?$")
+# Profiles are data: the modules they name are imported by the code that reads them, on that code's floor (an engine's
+# adapter, recipe and source unpacking by the engines' runner and builder; a trainer's builders by build-tiny and the
+# converged builds), so their names are counted as imports of that reader.
+PROFILE_READERS = {"contracts.trainer_profile": "contracts.trainers.tiny"}
+
+
+def profile_reader(module: str) -> str | None:
+    if module in PROFILE_READERS:
+        return PROFILE_READERS[module]
+    parts = module.split(".")
+    if len(parts) == 4 and parts[:2] == ["contracts", "engines"] and parts[3] == "profile":
+        return "contracts.engines.inprocess"
+    return None
+
+
+def import_graph(follow_names: bool = True) -> dict[str, set[str]]:
+    """module -> the ``contracts`` modules it imports (a ``from PKG import SUB`` counts as SUB only), and with
+    ``follow_names`` the modules importlib imports by name for it: a "module:function" string it holds, and the
+    modules a profile it reads names (``PROFILE_READERS``). A bare module name outside a profile is a process's entry
+    point (``python -m``, ``run_module``): another process, not an import."""
+    mods = modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
         for node in ast.walk(ast.parse(p.read_text())):
@@ -29,10 +55,31 @@ def import_graph() -> dict[str, set[str]]:
                 targets = subs if len(subs) == len(node.names) else [*subs, node.module]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
+            elif follow_names and isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    NAMED.match(node.value):
+                named, function = NAMED.match(node.value).groups()
+                reader = profile_reader(m)
+                if reader is not None:
+                    graph[reader] |= {named} if named in mods and named != reader else set()
+                    continue
+                targets = [named] if function else []
             else:
                 continue
             graph[m] |= {t for t in targets if t in mods and t != m}
     return graph
+
+
+def package_of_module(module: str) -> str:
+    """``contracts.engines.vllm.adapter`` -> ``contracts.engines``; a root module is a package of its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        out.setdefault(package_of_module(m), set())
+        out[package_of_module(m)] |= {package_of_module(t) for t in targets} - {package_of_module(m)}
+    return out
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -71,6 +118,22 @@ def test_no_import_circle():
     assert circles(import_graph()) == []
 
 
+def test_no_circle_between_packages():
+    """A package that imports another which imports it back (the trainers' converged builds measuring with accept,
+    which asks the trainers for an expectation) is one package in two places: the floors cannot order them."""
+    assert circles(package_graph(import_graph())) == []
+
+
+def test_names_importlib_imports_are_followed():
+    """A "module:function" a module holds, and what a profile names, are imports of their reader."""
+    graph = import_graph()
+    plain = import_graph(follow_names=False)
+    assert "contracts.engines.llamacpp.recipe" in graph["contracts.engines.inprocess"] - \
+        plain["contracts.engines.inprocess"]  # llama.cpp's profile: install.derive
+    assert "contracts.trainers.speculators" in graph["contracts.trainers.tiny"]  # the trainer profile's builder
+    assert not any(t.startswith("contracts.trainers.") for t in graph["contracts.trainer_profile"])
+
+
 def test_a_circle_is_found_when_there_is_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -92,11 +155,11 @@ FLOORS = [
               "contracts.renames", "contracts.conventions", "contracts.fingerprint", "contracts.manifest",
               "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec", "contracts.engine_profile", "contracts.trainer_profile",
               "contracts.trainer_forms")},
+    # making an engine's or a trainer's environment: below both (a build or a probe runs there as a process of its own)
+    {"environments": ("contracts.environments",)},
     {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
-    # a subject asks its trainer's environment for a reference forward as it asks an engine for observations: the
-    # trainer environments sit on the subject's floor (their builds run trainer code in a subprocess, by module name)
     {"subject": ("contracts.subject", "contracts.convert_command", "contracts.recordings", "contracts.bundled",
-                 "contracts.builds", "contracts.references", "contracts.trainers.environments")},
+                 "contracts.builds", "contracts.references")},
     {"runs": ("contracts.trainers", "contracts.accept")},
     {"tables": ("contracts.tables",)},
     {"front ends": ("contracts.cli", "contracts.plugin")},
@@ -140,7 +203,7 @@ def test_a_floor_violation_is_found():
         "contracts.report (core) imports contracts.cli (front ends)"]
 
 
-def package_of(module: str) -> str:
+def package_of(module: str) -> str:  # (the private-name rule's package: the module's parent)
     """The package a module belongs to: a package is its own; ``contracts.engines.sglang`` for its modules."""
     if (REPO.joinpath(*module.split(".")) / "__init__.py").is_file():
         return module
@@ -214,7 +277,7 @@ def test_a_module_on_no_floor_is_refused():
 # the profiles and never names an engine. What may name one outside its folder, and why:
 NAMED_ON_PURPOSE = {
     # the flat config format SGLang's loader reads, a checkpoint format (which trainer wrote it), not an engine
-    ("contracts/checkpoint.py", "sglang"),
+    ("contracts/trainer_profile.py", "sglang"),
     # the trainer grid's releases: the pinned SGLang and vLLM (both runners), and SGLang 0.5.9, the last release that
     # names the draft's layer `midlayer.*` (a choice of releases, kept as data)
     ("contracts/tables/trainer_compatibility.py", "sglang==0.5.23"),
@@ -222,6 +285,46 @@ NAMED_ON_PURPOSE = {
     ("contracts/tables/trainer_compatibility.py", "vllm==0.32.0:v1"),
     ("contracts/tables/trainer_compatibility.py", "sglang==0.5.9"),
 }
+
+
+# A trainer's name where it is data: the bundled drafts are named after the trainer that built them
+# (fixtures/drafts/specforge: the draft the engines' surface snapshots and the probe load), and one trainer release's
+# sdist is made from its own files for a reason written beside it.
+TRAINER_NAMED_ON_PURPOSE = {
+    ("contracts/engines/probe.py", "specforge"),
+    ("contracts/engines/sglang/surface.py", "specforge"),
+    ("contracts/engines/vllm/surface.py", "specforge"),
+    ("contracts/environments/trainers.py", "specforge"),
+}
+
+
+def trainer_names_outside_their_folder(root: Path, names: set[str]) -> list[str]:
+    """``path:line value`` for every string constant in ROOT/contracts that is a trainer's name (or a release of one)
+    outside ``contracts/trainers/`` and ``contracts/trainer_profile.py``: a branch on a trainer's name is a table a
+    fifth trainer's author must find (its saved form, its rope, its references are fields of its profile)."""
+    out = []
+    for p in sorted((root / "contracts").rglob("*.py")):
+        rel = p.relative_to(root)
+        if rel.parts[1] == "trainers" or rel.as_posix() == "contracts/trainer_profile.py":
+            continue
+        found = [node for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Constant)
+                 and isinstance(node.value, str) and re.sub(r"==.*", "", node.value) in names
+                 and (rel.as_posix(), node.value) not in TRAINER_NAMED_ON_PURPOSE]
+        out += [f"{rel.as_posix()}:{node.lineno} {node.value!r}" for node in sorted(found, key=lambda n: n.lineno)]
+    return out
+
+
+def test_no_trainer_is_named_outside_its_folder():
+    from contracts.trainer_profile import PROFILES
+
+    assert trainer_names_outside_their_folder(REPO, set(PROFILES)) == []
+
+
+def test_a_trainer_named_outside_its_folder_is_found(tmp_path):
+    (tmp_path / "contracts" / "trainers").mkdir(parents=True)
+    (tmp_path / "contracts" / "trainers" / "specforge.py").write_text('NAME = "specforge"\n')  # its own folder
+    (tmp_path / "contracts" / "subject.py").write_text('def f(fmt):\n    return fmt == "modelopt"\n')
+    assert trainer_names_outside_their_folder(tmp_path, {"specforge", "modelopt"}) == ["contracts/subject.py:2 'modelopt'"]
 
 
 def engine_names_outside_their_folders(root: Path, names: set[str]) -> list[str]:

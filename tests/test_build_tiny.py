@@ -1,5 +1,5 @@
 """``build-tiny`` with trainer releases from the package index, each in its own environment (derived from the release's
-metadata, made with uv: ``contracts.trainers.environments``), then judged: the pre-merge check a training repository
+metadata, made with uv: ``contracts.environments.trainers``), then judged: the pre-merge check a training repository
 runs. The bundled fixtures were built by the same builders, so a build with the fixture's release is the fixture
 (byte for byte), and its verdicts are the fixture's; another release is judged on its own terms.
 
@@ -111,8 +111,8 @@ def test_build_tiny_refuses_a_directory_it_did_not_write(tmp_path, capsys):
 def _training_repository_env(root: Path, *ours: str) -> Path:
     """An environment as a training repository's CI has it: the trainer (speculators 0.9.0, with what it needs) and
     eagle3-contracts installed as OURS says; no engine (the engines run in their own environments)."""
-    from contracts.engines.environments import install_command, uv_binary
-    from contracts.trainers.environments import environment_for
+    from contracts.environments.engines import install_command, uv_binary
+    from contracts.environments.trainers import environment_for
 
     recipe = environment_for("speculators", "0.9.0").parent.parent / "recipe.txt"
     env = root / "training-repo-env"

@@ -11,7 +11,7 @@ import pytest
 from conftest import DRAFTS, TARGET, make_copy
 
 from contracts.engine_spec import EngineSpec, EngineSpecError
-from contracts.engines.environments import check_release
+from contracts.environments.engines import check_release
 from contracts.engines.inprocess import InProcess
 from contracts.engines.remote import WorkerEngine, WorkerError
 from contracts.engines.errors import EngineBuildError
@@ -90,8 +90,8 @@ def test_any_release_on_the_index_is_accepted_and_another_is_refused_with_the_ne
 def test_an_environment_the_installer_cannot_make_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     """A recipe the installer cannot satisfy (here a package no index has) ends in one EnvironmentBuildError naming
     the log; no half-made environment is left to be mistaken for a ready one."""
-    from contracts.engines import environments
-    from contracts.engines.recipes import Recipe
+    from contracts.environments import engines as environments
+    from contracts.environments.recipes import Recipe
 
     monkeypatch.setattr(environments, "derive", lambda release: Recipe(
         release.name, release.version, ["eagle3-contracts-no-such-package-anywhere==1.0"]))
@@ -106,7 +106,7 @@ def test_an_environment_the_installer_cannot_make_is_one_line_and_leaves_nothing
 
 def _worker(name: str) -> WorkerEngine:
     """A worker of each engine: SGLang in this environment, vLLM and llama.cpp in their releases' own."""
-    from contracts.engines.environments import environment_for
+    from contracts.environments.engines import environment_for
 
     if name == "sglang":
         return WorkerEngine(EngineSpec("sglang"), Path(sys.executable))

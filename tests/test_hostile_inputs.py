@@ -34,7 +34,7 @@ def trainer_environments():
     of a case measures (which test makes it first depends on how the suite is spread over workers)."""
     from contracts.checkpoint import Checkpoint
     from contracts.references import trainer_release
-    from contracts.trainers.environments import environment_for
+    from contracts.environments.trainers import environment_for
     from tests.conftest import DRAFTS
 
     version, _ = trainer_release(Checkpoint.open(DRAFTS["speculators-default"]), "speculators")

@@ -13,7 +13,7 @@ from conftest import FIXTURES
 from safetensors.torch import load_file
 
 from contracts.engine_spec import EngineSpec
-from contracts.engines.environments import environment_for
+from contracts.environments.engines import environment_for
 from contracts.engines.remote import run_module
 
 RELEASE = "2026.10.11549"  # the newest xllamacpp on the index

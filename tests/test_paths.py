@@ -149,7 +149,7 @@ def test_the_matrix_shows_the_other_runner_only_where_it_disagrees(tmp_path, cap
 # --- a release only the GPU wheel has -------------------------------------------------------------------------
 
 def test_a_release_ahead_of_the_cpu_build_is_made_from_its_gpu_wheel():
-    from contracts.engines.recipes import CUDA_STACKS, canonical, derive, gpu_wheel_only
+    from contracts.environments.recipes import CUDA_STACKS, canonical, derive, gpu_wheel_only
 
     assert gpu_wheel_only(EngineSpec("vllm", "0.33.0")) and not gpu_wheel_only(EngineSpec("vllm", "0.32.0"))
     assert not gpu_wheel_only(EngineSpec("vllm", "0.0.1"))  # an old GPU-only release the CPU build skipped: not judged

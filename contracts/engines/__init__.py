@@ -4,7 +4,7 @@ serialisable observations out (see ``contracts.observations``); the checks never
 An ``Engine`` is the seam a ``Subject`` asks for observations: ``InProcess`` runs the adapter of the engine installed
 in this environment (the in-process engine of the profiles, ``contracts.engine_profile``: SGLang); ``WorkerEngine``
 runs an adapter in a subprocess inside another environment (another release, vLLM's CPU build, llama.cpp's wheel,
-each made from this project's recipe, ``contracts.engines.environments``) and decodes the JSON it sends back into the
+each made from this project's recipe, ``contracts.environments.engines``) and decodes the JSON it sends back into the
 same observation types, so one report can hold verdicts from several releases of every engine.
 """
 
@@ -58,7 +58,7 @@ def engine_for(spec: EngineSpec | None = None) -> Engine:
         if judged_in_process(key):
             _engines[key] = InProcess(key)
         else:
-            from contracts.engines.environments import EnvironmentBuildError, environment_for
+            from contracts.environments.engines import EnvironmentBuildError, environment_for
             from contracts.engines.remote import WorkerEngine
 
             try:

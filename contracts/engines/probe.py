@@ -1,5 +1,5 @@
 """The environment builder's probe: run an engine adapter's own steps once, inside a newly made environment, and
-say which module the engine's EAGLE-3 path could not import (``contracts.engines.recipes``: the import closure).
+say which module the engine's EAGLE-3 path could not import (``contracts.environments.recipes``: the import closure).
 
 Every step a contract takes is run on the bundled specforge draft and tiny Llama target (load, config, aux capture,
 embed/head wiring, the reference forward); a missing module shows either as the exception itself or inside the

@@ -162,7 +162,7 @@ def _verdict(subject) -> dict:
 def _measured(copy: Path, target: Path, engine: EngineSpec, expect: bool) -> dict:
     """What ``accept`` measures for one variant on ENGINE: its figures, the engine's refusal, or the job's error."""
     from contracts.accept import ServingRefused, measure
-    from contracts.engines.environments import EnvironmentBuildError
+    from contracts.environments.engines import EnvironmentBuildError
 
     try:
         measured = measure(copy, target, engine=engine, expect=expect, explain=False)  # the study runs check itself

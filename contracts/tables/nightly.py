@@ -1,7 +1,7 @@
 """The nightly run (``tox -e nightly``): every engine release on the package index that the compatibility table
 does not hold yet is judged, the table is updated, and the newest release's contract surface of each engine is
 compared with the pinned one's. No human step: each new release's environment is derived from its own metadata
-(``contracts.engines.recipes``), so a release whose requirements moved past the pinned environment's is judged in
+(``contracts.environments.recipes``), so a release whose requirements moved past the pinned environment's is judged in
 its own.
 
 Writes, to ``--out``:
@@ -55,7 +55,7 @@ def newest_default() -> str | None:
     """The newest release on the package index of the engine judged in this process (offline: the one installed
     here)."""
     from contracts.engines.inprocess import installed_release
-    from contracts.engines.recipes import ReleaseNotFound
+    from contracts.environments.recipes import ReleaseNotFound
 
     engine = profiles()[default_engine()]
     try:

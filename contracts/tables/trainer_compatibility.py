@@ -1,5 +1,5 @@
 """The trainer-release axis of the compatibility table: every release of speculators, SpecForge, NVIDIA Model
-Optimizer and NVIDIA NeMo Automodel on the package index builds a tiny draft in its own environment (``contracts.trainers.environments``:
+Optimizer and NVIDIA NeMo Automodel on the package index builds a tiny draft in its own environment (``contracts.environments.trainers``:
 derived from the release's metadata, made with uv), through the same builders as the bundled fixtures
 (``build-tiny``), and each build is judged on a few engine releases; the table gains trainer release × engine
 release.
@@ -26,7 +26,7 @@ from pathlib import Path
 from contracts.trainer_profile import PROFILES
 from contracts.builds import RECORD, read_record
 from contracts.engine_spec import EngineSpec, default_engine
-from contracts.engines.environments import envs_root, release_order
+from contracts.environments.engines import envs_root, release_order
 
 # The engine releases each trainer build is judged on: the pinned SGLang, the pinned vLLM (on Model Runner V2, a GPU
 # deployment's default, and on V1, the CPU build's), and the last SGLang release that names the draft's layer
@@ -43,7 +43,7 @@ def build(trainer: str, version: str) -> dict:
     """The tiny draft of ``trainer==version`` (cached beside its environment): ``{"directory", "environment_s",
     "build_s", "functions_called"}``, or ``{"error": why}`` (the environment could not be made, or build-tiny
     stopped: at the function or argument that moved)."""
-    from contracts.trainers.environments import TrainerBuildError, environment_for, run_build_tiny
+    from contracts.environments.trainers import TrainerBuildError, environment_for, run_build_tiny
 
     try:
         python = environment_for(trainer, version)
@@ -128,7 +128,7 @@ def update(doc: dict, releases: list[str], engines: list[EngineSpec] = ENGINES, 
 
 
 def all_releases(trainers=TRAINERS) -> list[str]:
-    from contracts.trainers.environments import releases
+    from contracts.environments.trainers import releases
 
     return [f"{t}=={v}" for t in trainers for v in releases(t)]
 

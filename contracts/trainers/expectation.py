@@ -16,8 +16,11 @@ draft tokens per round, counted until each prompt has ``max_tokens`` new tokens 
 from __future__ import annotations
 
 import json
+import pkgutil
 import sys
 from pathlib import Path
+
+from contracts.trainer_profile import PROFILES
 
 
 def speculate(propose, target, prompts: list[list[int]], tokens: int, max_tokens: int) -> dict:
@@ -206,12 +209,10 @@ def specforge_proposer(draft_dir: str, target_dir: str):
                              f"back), target in transformers float32, hidden_states{indices}")
 
 
-PROPOSERS = {"speculators": speculators_proposer, "specforge": specforge_proposer, "modelopt": modelopt_proposer}
-
-
 def expectation(trainer: str, draft_dir: str, target_dir: str, *, tokens: int, n_prompts: int, max_tokens: int,
                 prompts: list[list[int]]) -> dict:
-    propose, target, how = PROPOSERS[trainer](draft_dir, target_dir)
+    """TRAINER's expectation (its profile's ``proposer``) for the draft in DRAFT_DIR speculating for TARGET_DIR."""
+    propose, target, how = pkgutil.resolve_name(str(PROFILES[trainer].proposer))(draft_dir, target_dir)
     result = speculate(propose, target, prompts[:n_prompts], tokens, max_tokens)
     return {**result, "how": how}
 

@@ -5,7 +5,7 @@ the HF draft with that tree's own gguf-py (``contracts.engines.llamacpp.tree`` u
 from __future__ import annotations
 
 from contracts.engine_spec import EngineSpec
-from contracts.engines.recipes import (CPU_TORCH, Recipe, ReleaseNotFound, always, canonical, requirement_line,
+from contracts.environments.recipes import (CPU_TORCH, Recipe, ReleaseNotFound, always, canonical, requirement_line,
                                        sdist_requirements)
 
 LLAMACPP_TREE = "thirdparty/llama.cpp"

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
+from contracts.trainer_profile import nested
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.load_tracer import fates_of
 from contracts.observations import SurfaceObservation, TensorFate
@@ -33,7 +34,7 @@ LAYER_PREFIXES = ("midlayer.", "layers.0.")
 
 def _engine_dir(name: str, tmp: Path) -> Path:
     source = FIXTURES / "drafts" / name
-    if Checkpoint.open(source).trainer_format != "speculators":
+    if not nested(Checkpoint.open(source).trainer_format):
         return source
     from contracts.hand_conversion import convert_to_sglang
 

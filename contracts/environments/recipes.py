@@ -87,7 +87,7 @@ class Recipe:
 
     def text(self) -> str:
         head = [f"# {self.name}=={self.version}: derived from the release's own metadata "
-                f"(contracts.engines.recipes); {self.installed_by_builder} is installed by the environment builder"]
+                f"(contracts.environments.recipes); {self.installed_by_builder} is installed by the environment builder"]
         return "\n".join(head + [f"# {n}" for n in self.notes] + self.lines) + "\n"
 
     def add(self, requirement: str, note: str) -> None:

@@ -1,5 +1,5 @@
 """A cached environment per engine release, made from the recipe derived from that release's own metadata
-(``contracts.engines.recipes``), with uv.
+(``contracts.environments.recipes``), with uv.
 
 Any release on the package index can be asked for (``--engine sglang==X`` / ``vllm==X``); none needs a recipe
 written by hand. SGLang goes in ``--no-deps`` beside its derived recipe (its declared dependencies are CUDA stacks);
@@ -31,11 +31,10 @@ from pathlib import Path
 
 import contracts
 from contracts.engine_profile import InstallProfile
-from contracts.engine_spec import EngineSpec
-from contracts.engines.errors import EngineSpecError
-from contracts.engines.recipes import (TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, envs_root,
-                                       gpu_wheel_only, index_versions, paired_triton,
-                                       release_sdist, requirement_for_module)
+from contracts.engine_spec import EngineSpec, EngineSpecError
+from contracts.environments.recipes import (TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, envs_root,
+                                            gpu_wheel_only, index_versions, paired_triton, release_sdist,
+                                            requirement_for_module)
 
 BUILDER = "uv-closure-4"  # bump when the way environments are made changes (part of each environment's key)
 MAX_CLOSURE_ROUNDS = 10

@@ -1,6 +1,6 @@
 """A cached environment per trainer release, for the trainer-release axis of the compatibility table: each release of
 speculators, SpecForge, NVIDIA Model Optimizer and NVIDIA NeMo Automodel on the package index, made with uv like the
-engines' environments (``contracts.engines.environments``: one shared cache, hard links), from a recipe derived from
+engines' environments (``contracts.environments.engines``: one shared cache, hard links), from a recipe derived from
 the release's own metadata, and a tiny draft built there by ``build-tiny`` (``contracts.trainers.tiny``).
 
 The recipe: the release's base ``Requires-Dist`` (plus the ``transformers`` pin of an extra where the base declares
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import contracts
 from contracts.trainer_profile import PROFILES
-from contracts.engines.environments import (EnvironmentBuildError, add_setup_seconds, build_started, envs_root,
+from contracts.environments.engines import (EnvironmentBuildError, add_setup_seconds, build_started, envs_root,
                                            install_command, progress, release_order, run_step,
                                            uv_binary)
-from contracts.engines.recipes import (CPU_TORCH, CUDA_STACKS, IMPORT_TO_DIST, Recipe, ReleaseNotFound, canonical,
+from contracts.environments.recipes import (CPU_TORCH, CUDA_STACKS, IMPORT_TO_DIST, Recipe, ReleaseNotFound, canonical,
                                        distribution_versions, wheels_dir)
 
 BUILDER = "trainer-uv-3"
@@ -51,7 +51,7 @@ SDIST_FIXES = {
                             "specforge.egg-info/requires.txt (the requirements it was published with) is put there",
 }
 # GPU stacks a trainer imports at module level that install and import on a CPU: triton (SpecForge 0.2.0's loss
-# kernels; 3.7 is the series torch 2.13 pairs with, as for the engines, contracts.engines.recipes); its kernels are
+# kernels; 3.7 is the series torch 2.13 pairs with, as for the engines, contracts.environments.recipes); its kernels are
 # defined, never run, by a build; torchao (NeMo Automodel's recipe imports it for FP8 and QAT, which a CPU build does
 # not turn on; 0.18.0 imports beside torch 2.13's CPU wheel, its CUDA extensions left unloaded).
 CPU_IMPORTABLE = {"triton": "triton<3.8", "torchao": "torchao==0.18.0"}
@@ -130,7 +130,7 @@ def _download_sdist(dist: str, version: str) -> Path:
 def _metadata(trainer: str, version: str) -> tuple[list[str], Path | None]:
     """The release's Requires-Dist (PEP 658 metadata of its wheel, else its sdist's egg-info) and, for an sdist, the
     source tree to install."""
-    from contracts.engines.recipes import distribution_metadata
+    from contracts.environments.recipes import distribution_metadata
 
     try:
         return distribution_metadata(DISTRIBUTION[trainer], version), None
