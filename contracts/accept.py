@@ -168,7 +168,8 @@ def _check_on_path(draft: Path, target: Path, engine: EngineSpec) -> dict:
     gap), the warnings it gives ("contract: summary", which may explain the rest), and the contracts it could not
     judge, so a report never calls a check that did not run, or did not judge, a pass."""
     from contracts.bundled import bundled_subject_for
-    from contracts.subject import Subject, report
+    from contracts.judging import report
+    from contracts.subject import Subject
 
     subject = bundled_subject_for(draft, engine, target) or Subject(draft.name, draft, target, engine=engine)
     try:

@@ -210,7 +210,8 @@ def _guard_output(output: str | None, inputs: list[Path]) -> None:
 
 def _run_check(args) -> int:
     from contracts.report import exit_code, render
-    from contracts.subject import Subject, report
+    from contracts.judging import report
+    from contracts.subject import Subject
 
     engine = _engine(args.engine, args.runner)
     only = _selected(args.only)

@@ -267,7 +267,7 @@ def convert(src, dst, *, engine: EngineSpec, target=None, trainer: str | None = 
     speculators config flattened, ids as saved), judged the same way. ``facts``: what a build record knows
     (``trainer_aux_ids``, ``trainer_hidden_states``). Raises InputError before writing anything it cannot use."""
     from contracts.conventions import TRAINERS
-    from contracts.subject import report
+    from contracts.judging import report
 
     to = engine.name
     if to not in convert_targets():

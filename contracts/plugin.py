@@ -249,7 +249,7 @@ class ContractItem(pytest.Item):
         only = self.config.getoption("contracts_only")
         result = self.subject.result(self.contract_id, [c.strip() for c in only.split(",")] if only else None)
         self.user_properties.append(("result", result.to_dict()))
-        from contracts.subject import path_record
+        from contracts.judging import path_record
 
         self.user_properties.append(("path", path_record(self.subject)))
         if result.status == FAIL:
@@ -273,7 +273,7 @@ class ContractItem(pytest.Item):
             from contracts.report import cause
 
             from contracts.report import path_label
-            from contracts.subject import path_record
+            from contracts.judging import path_record
 
             engine = self.subject.engine_info()
             lines = [f"{result.contract}{cause(result.to_dict())} failed on {self.subject.checkpoint_path} "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,8 +18,7 @@ from contracts.checkpoint import Checkpoint, InputError, text_config
 from contracts.engine_spec import EngineSpec, default_engine
 from contracts.refusals import EngineRefused, NotADraft, TargetRefused
 from contracts.trainer_profile import nested
-from contracts.checks import mark_causes, select
-from contracts.registry import FAIL, SKIP, Result
+from contracts.registry import Result
 
 
 @dataclass
@@ -381,39 +379,10 @@ class Subject:
         return observation
 
     def run(self, only: list[str] | None = None) -> list[Result]:
-        from contracts.engines.errors import ReplayError
-        from contracts.refusals import DRAFT_ARCHITECTURE_FIX, REFUSED, fix_for_refusal
+        """The selected contracts (default all) judged on this subject (``contracts.judging.judge``)."""
+        from contracts.judging import judge
 
-        selected = select(only)
-        # A refused or non-draft build is a finding about the config: with config selected it is config's
-        # failure, and the contracts that need the draft point at it; otherwise the first that meets it fails.
-        judged_by_config = "config" in {c.id for c in selected}
-        results, refused_in = [], None
-        for c in selected:
-            try:
-                results.append(c.check(self))
-            except EngineRefused as e:
-                # The root cause is reported once, as a failure; contracts that need the same engine
-                # model are skipped with a pointer to it rather than repeating it as failures of their own.
-                owner = refused_in or ("config" if judged_by_config else c.id)
-                if owner == c.id:
-                    refused_in = c.id
-                    fix = DRAFT_ARCHITECTURE_FIX if isinstance(e, NotADraft) else \
-                        fix_for_refusal(str(e), self.checkpoint.config, self.checkpoint.tensors)
-                    results.append(Result(c.id, FAIL, f"{REFUSED}: {e}",
-                                          {"engine_error": str(e)}, fix))
-                else:
-                    what = "builds no EAGLE-3 draft for this config" if isinstance(e, NotADraft) else \
-                        "cannot build this draft"
-                    results.append(Result(c.id, SKIP, f"not judged: the engine {what} (see {owner})",
-                                          {"engine_error": str(e)}))
-            except TargetRefused as e:  # the engine cannot build the target: this contract cannot be judged here
-                results.append(Result(c.id, SKIP, f"not judged: the engine cannot build the target: {e}",
-                                      {"engine_error": str(e)}, f"give {e.needs}" if e.needs else None,
-                                      needs=e.needs))
-            except ReplayError as e:  # this suite cannot replay that part of the engine on this release
-                results.append(Result(c.id, SKIP, f"not judged: {e}", {"replay_error": str(e)}))
-        return mark_causes(_pointers_kept(results, refused_in))
+        return judge(self, only)
 
     def result(self, contract_id: str, only: list[str] | None = None) -> Result:
         """One contract's result from a run of ``only`` (default all) on this subject, run once and kept: its
@@ -430,70 +399,4 @@ class Subject:
             self._tmp = None
 
 
-def _pointers_kept(results: list[Result], refused_in: str | None) -> list[Result]:
-    """A contract that met the engine's refusal points at the contract that reports it (config, when selected). When
-    config judged the draft without meeting it (the engine built the draft from its config, then refused its weights:
-    vLLM's loader on a 4-state fc its config sizes for 3), the pointers go to the failure that reports the refusal
-    (tensor-shapes' shape error), else the first of them becomes that failure: a refusal is never only pointed at."""
-    from contracts.refusals import REFUSED
-
-    by = {r.contract: r for r in results}
-    if refused_in is not None or by.get("config") is None or by["config"].status == FAIL:
-        return results
-    pointing = [r for r in results if r.status == SKIP and r.summary.endswith("(see config)")]
-    if not pointing:
-        return results
-    error = pointing[0].evidence.get("engine_error", "")
-    reported = next((r.contract for r in results if r.status == FAIL and error and error.split(":")[-1].strip()
-                     in str(r.evidence)), None)
-    if reported is None:
-        first = pointing[0]
-        first.status, first.summary = FAIL, f"{REFUSED}: {error}"
-        reported, pointing = first.contract, pointing[1:]
-    for r in pointing:
-        r.summary = r.summary.replace("(see config)", f"(see {reported})")
-    return results
-
-
-def path_record(subject: Subject) -> dict | None:
-    """What a report says of the path it judged: which one, whether a GPU deployment takes it by default, and how
-    the release's own code decides the default (None when the engine could not be asked)."""
-    from contracts.engines.errors import EngineBuildError, ReplayError
-
-    try:
-        p = subject.path
-    except (EngineBuildError, ReplayError) as e:
-        return {"label": None, "why_unknown": str(e)[:300]}
-    return {"kind": p.kind, "judged": p.judged, "label": p.label, "default": p.default,
-            "default_label": p.default_label, "is_default": p.is_default, "default_why": p.default_why,
-            "asked": p.asked, "available": p.available}
-
-
-def report(subject: Subject, only: list[str] | None = None) -> dict:
-    """Run the selected contracts on one subject; the JSON document of docs/checking-a-draft.md."""
-    from contracts.environments.engines import setup_seconds
-
-    start, setup = time.perf_counter(), setup_seconds()
-    try:
-        results = subject.run(only)
-        doc = {
-            "checkpoint": str(subject.checkpoint_path),
-            "target": None if subject.target_path is None else str(subject.target_path),
-            "engine": subject.engine_info(),
-            "engine_spec": str(subject.engine.canonical()),
-            "path": path_record(subject),
-            "trainer_format": subject.trainer_format,
-            "results": [r.to_dict() for r in results],
-            "duration_s": round(time.perf_counter() - start, 3),
-            # of it, making what a first run makes once: environments, the trainer's reference forward
-            "setup_s": round(setup_seconds() - setup, 3),
-        }
-        judged_as = subject.judged_as()
-        if judged_as:  # converted: every verdict is for the form a user's conversion writes, not the saved one
-            doc["judged_as"] = judged_as
-        return doc
-    finally:
-        subject.close()
-
-
-__all__ = ["EngineRefused", "InputError", "NotADraft", "Subject", "TargetRefused", "report"]
+__all__ = ["EngineRefused", "InputError", "NotADraft", "Subject", "TargetRefused"]

@@ -158,7 +158,7 @@ FLOORS = [
     # making an engine's or a trainer's environment: below both (a build or a probe runs there as a process of its own)
     {"environments": ("contracts.environments",)},
     {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
-    {"subject": ("contracts.subject", "contracts.convert_command", "contracts.recordings", "contracts.bundled",
+    {"subject": ("contracts.subject", "contracts.judging", "contracts.convert_command", "contracts.recordings", "contracts.bundled",
                  "contracts.builds", "contracts.references")},
     {"runs": ("contracts.trainers", "contracts.accept")},
     {"tables": ("contracts.tables",)},

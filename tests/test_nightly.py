@@ -67,6 +67,18 @@ def test_drift_names_each_kind_of_change(snapshot):
         snapshot, newer, rows)
 
 
+def test_an_engine_whose_surface_has_other_aspects_drifts_on_them():
+    """llama.cpp's surface is its converter's EAGLE-3 config keys and special tensors: a key it stops reading is
+    drift, never "no drift" because the aspects SGLang's and vLLM's surfaces have are absent."""
+    pinned = {"engine": {"name": "llamacpp", "version": "1"}, "converter": "conversion/llama.py",
+              "config_keys": ["draft_vocab_size", "target_hidden_size"], "special_tensors": ["d2t", "fc.weight"]}
+    newer = {**pinned, "engine": {"name": "llamacpp", "version": "2"}, "config_keys": ["draft_vocab_size"],
+             "special_tensors": ["d2t", "fc.weight", "t2d"]}
+    assert drift(pinned, copy.deepcopy(pinned)) == []
+    assert {(r["aspect"], r["item"], r["pinned"], r["newest"]) for r in drift(pinned, newer)} == {
+        ("config_keys", "target_hidden_size", "present", None), ("special_tensors", "t2d", None, "present")}
+
+
 def test_a_contract_failing_where_the_release_before_held_is_newly_failing():
     cell = lambda status: {"status": status, "summary": status}  # noqa: E731
     doc = {"releases": {

@@ -144,7 +144,7 @@ BREAKS = [
 def _verdict(subject) -> dict:
     """``check``'s verdicts for one subject: failing contracts, the root causes among them, the path judged."""
     from contracts.engines.remote import WorkerError
-    from contracts.subject import report
+    from contracts.judging import report
 
     try:
         rep = report(subject)

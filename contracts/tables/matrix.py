@@ -27,7 +27,7 @@ def run(subjects_by_engine: dict[EngineSpec, list], only: list[str] | None = Non
     ``converted``, also each subject's copy as ``eagle3-contracts convert`` writes it for that engine release. An
     engine named without a path is judged on the one a GPU deployment of it takes by default and, where the release
     has another (vLLM's other model runner), on that one too: shown where they disagree."""
-    from contracts.subject import report
+    from contracts.judging import report
 
     reports = []
     for engine, subjects in subjects_by_engine.items():
