@@ -40,6 +40,19 @@ def test_the_committed_vllm_snapshot_is_the_pinned_vllms_surface():
     assert "LlamaForCausalLM" in snapshot["aux_capture"]
 
 
+def test_the_committed_llamacpp_snapshot_is_the_pinned_llamacpps_surface():
+    """llama.cpp's surface (its converter's EAGLE-3 config keys and special tensors) is snapshotted as the others are,
+    so the nightly's drift report compares each new llama.cpp release too."""
+    from contracts.engine_spec import PINNED
+    from contracts.engines import engine_for
+
+    release = EngineSpec("llamacpp", PINNED["llamacpp"])
+    snapshot = json.loads(nightly.snapshot_path(release).read_text())
+    surface = json.loads(json.dumps(engine_for(release).surface()))
+    assert drift(snapshot, surface) == []
+    assert "eagle_aux_hidden_state_layer_ids" in snapshot["config_keys"] and "d2t" in snapshot["special_tensors"]
+
+
 def test_the_surface_holds_what_the_contracts_depend_on(snapshot):
     assert snapshot["renames"]["midlayer.self_attn.q_proj.weight"] == ["model.layers.0.self_attn.qkv_proj.weight[q]"]
     assert snapshot["renames"]["d2t"] == ["side channel: hot_token_id"]
