@@ -298,20 +298,27 @@ TRAINER_NAMED_ON_PURPOSE = {
 }
 
 
-def trainer_names_outside_their_folder(root: Path, names: set[str]) -> list[str]:
-    """``path:line value`` for every string constant in ROOT/contracts that is a trainer's name (or a release of one)
-    outside ``contracts/trainers/`` and ``contracts/trainer_profile.py``: a branch on a trainer's name is a table a
-    fifth trainer's author must find (its saved form, its rope, its references are fields of its profile)."""
+def names_outside(root: Path, names: set[str], own, allowed: set[tuple[str, str]]) -> list[str]:
+    """``path:line value`` for every string constant in ROOT/contracts that is one of NAMES (or a release of one,
+    ``vllm==0.32.0``) in a file ``own(relative path)`` does not claim, unless ALLOWED lists it."""
     out = []
     for p in sorted((root / "contracts").rglob("*.py")):
         rel = p.relative_to(root)
-        if rel.parts[1] == "trainers" or rel.as_posix() == "contracts/trainer_profile.py":
+        if own(rel):
             continue
         found = [node for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Constant)
                  and isinstance(node.value, str) and re.sub(r"==.*", "", node.value) in names
-                 and (rel.as_posix(), node.value) not in TRAINER_NAMED_ON_PURPOSE]
+                 and (rel.as_posix(), node.value) not in allowed]
         out += [f"{rel.as_posix()}:{node.lineno} {node.value!r}" for node in sorted(found, key=lambda n: n.lineno)]
     return out
+
+
+def trainer_names_outside_their_folder(root: Path, names: set[str]) -> list[str]:
+    """Every trainer's name (or release) outside ``contracts/trainers/`` and ``contracts/trainer_profile.py``: a branch
+    on a trainer's name is a table a fifth trainer's author must find (its saved form, its rope, its references are
+    fields of its profile)."""
+    return names_outside(root, names, lambda rel: rel.parts[1] == "trainers"
+                         or rel.as_posix() == "contracts/trainer_profile.py", TRAINER_NAMED_ON_PURPOSE)
 
 
 def test_no_trainer_is_named_outside_its_folder():
@@ -328,20 +335,12 @@ def test_a_trainer_named_outside_its_folder_is_found(tmp_path):
 
 
 def engine_names_outside_their_folders(root: Path, names: set[str]) -> list[str]:
-    """``path:line value`` for every string constant in ROOT/contracts that is an engine's name (or a release of one,
-    ``vllm==0.32.0``) outside that engine's folder and the trainers' (whose exporters name the engine they write
-    for): a branch, a table key or a default that names an engine is what a new engine's author must find and
-    change, and one left unchanged is a silent gap (the nightly's drift report once compared two engines of three)."""
-    out = []
-    for p in sorted((root / "contracts").rglob("*.py")):
-        rel = p.relative_to(root)
-        if rel.parts[1] == "trainers" or (rel.parts[1] == "engines" and len(rel.parts) > 3 and rel.parts[2] in names):
-            continue
-        found = [node for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Constant)
-                 and isinstance(node.value, str) and re.sub(r"==.*", "", node.value) in names
-                 and (rel.as_posix(), node.value) not in NAMED_ON_PURPOSE]
-        out += [f"{rel.as_posix()}:{node.lineno} {node.value!r}" for node in sorted(found, key=lambda n: n.lineno)]
-    return out
+    """Every engine's name (or release) outside that engine's folder and the trainers' (whose exporters name the
+    engine they write for): a branch, a table key or a default that names an engine is what a new engine's author must
+    find and change, and one left unchanged is a silent gap (the nightly's drift report once compared two engines of
+    three)."""
+    return names_outside(root, names, lambda rel: rel.parts[1] == "trainers" or (
+        rel.parts[1] == "engines" and len(rel.parts) > 3 and rel.parts[2] in names), NAMED_ON_PURPOSE)
 
 
 def test_no_engine_is_named_outside_its_folder():
