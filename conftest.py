@@ -20,9 +20,8 @@ def pytest_configure(config):
     if config.option.file_or_dir and "contracts" not in (config.option.markexpr or ""):
         return
     from contracts.bundled import bundled_subjects, expected_failures
-    from contracts.engine_spec import EngineSpec, default_engine
     from contracts.plugin import add_subjects, engines
 
-    for engine in engines(config):  # the engine installed here is documented as its pinned release
-        documented = expected_failures(None if engine == EngineSpec(default_engine()) else engine)
+    for engine in engines(config):
+        documented = expected_failures(engine)
         add_subjects(config, bundled_subjects(engine=engine), documented or {})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contracts.engine_spec import EngineSpec, default_engine
+from contracts.engine_spec import EngineSpec
 
 RECORD = "eagle3-contracts-build.json"
 
@@ -53,7 +53,7 @@ def twin_expectations(record: dict, engine: EngineSpec) -> dict[str, str] | None
     ``engine``; None when fixtures/expected.json documents nothing for that release (or the twin is unknown)."""
     from contracts.bundled import expected_failures
 
-    known = expected_failures(None if engine == EngineSpec(default_engine()) else engine)  # installed here: the pinned one
+    known = expected_failures(engine)
     twin = record.get("bundled_twin")
     if known is None or not twin:
         return None

@@ -66,12 +66,17 @@ def bundled_subject_for(checkpoint, engine: EngineSpec, target=None):
 
 
 def expected_failures(engine: EngineSpec | None = None) -> dict[tuple[str, str], str] | None:
-    """(subject, contract) -> why, for the bundled examples' known failures on ENGINE (``sglang==X``; default the
-    pinned one); None when fixtures/expected.json documents no verdicts for that release."""
+    """(subject, contract) -> why, for the bundled examples' known failures on ENGINE (``sglang==X``; default, or the
+    default engine named bare, the one installed here: the pinned one); None when fixtures/expected.json documents no
+    verdicts for that release."""
+    from contracts.engine_spec import default_engine
+
     if not EXPECTED.exists():
         return {}
     doc = json.loads(EXPECTED.read_text())
-    by_engine = doc["engines"].get(str(engine.canonical()) if engine else doc["pinned"])
+    installed_here = EngineSpec(default_engine())  # documented as the pinned release
+    key = doc["pinned"] if engine is None or engine == installed_here else str(engine.canonical())
+    by_engine = doc["engines"].get(key)
     if by_engine is None:
         return None
     return {(name, cid): why for name, by in by_engine.items() for cid, why in by.items()}
