@@ -1,0 +1,24 @@
+"""OpenVINO GenAI as the suite knows it: the ``openvino-genai`` wheel (with OpenVINO and its tokenizers, its own
+dependencies) beside the exporter that turns a draft into the IR it serves (optimum-intel, the release paired with the
+same OpenVINO), in its own environment; a bare ``openvino`` means the pinned release. One speculative path on a CPU:
+``LLMPipeline`` with a ``draft_model``, through continuous batching (its stateful path needs an NPU)."""
+
+from contracts.engine_profile import EngineProfile, InstallProfile
+
+PROFILE = EngineProfile(
+    name="openvino",
+    rank=3,
+    label="OpenVINO GenAI",
+    package="openvino-genai",
+    distributions=("openvino-genai",),
+    import_name="openvino_genai",
+    adapter="contracts.engines.openvino.adapter",
+    # the first openvino-genai serving an EAGLE-3 draft on a CPU (its continuous-batching EAGLE-3 strategy, #3055)
+    first_release="2026.0.0.0",
+    # its own dependencies (OpenVINO, its tokenizers) and the exporter paired with its OpenVINO, on the CPU torch;
+    # the torchvision the exporter pulls is CUDA-built and breaks its import on a CPU
+    install=InstallProfile(with_deps=True, remove=("torchvision",), derive="contracts.engines.openvino.recipe:derive"),
+    pinned="2026.4.1.0",
+    single_path="OpenVINO GenAI is judged on its one speculative path on a CPU",
+    no_serving_loop="accept on OpenVINO GenAI's pipeline is not wired yet",
+)
