@@ -56,4 +56,6 @@ def forward(engine_dir, target_dir, reference_path, runner=None):
 
 
 def surface():
-    raise _not_yet("contract surface")
+    from contracts.engines.openvino.surface import observe_surface
+
+    return observe_surface()
