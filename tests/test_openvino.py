@@ -1,55 +1,132 @@
 """OpenVINO GenAI's own code (openvino-genai and its exporter, optimum-intel, in their own environment through an
-engine worker): the tensors its exporter places in the IR it serves, and for each contract judged so far a broken
-checkpoint that makes it fail with the exporter's own evidence (its load report, its refusal, the IR's constants),
-next to a pristine one that passes. The observations not made yet are "not judged", never a verdict."""
+engine worker): each contract judged from what its exporter writes (its load report, the IR's constants), what its
+pipeline does when it builds the pair (its refusal, its log) and what its runtime computes (the draft IR run), with a
+broken checkpoint that makes it fail next to a pristine one that passes."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
-from conftest import DRAFTS, TARGET, judge_contract
+from conftest import DRAFTS, REFERENCES, TARGET, judge_contract
 
 OPENVINO = "openvino==2026.4.1.0"
+REFERENCE = REFERENCES / "specforge.safetensors"
 
 
 def judge(contract_id: str, checkpoint, target=TARGET, **fields):
     return judge_contract(contract_id, checkpoint, target, engine=OPENVINO, **fields)
 
 
+def specforge_tensors():
+    from safetensors.torch import load_file
+
+    return load_file(str(DRAFTS["specforge"] / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def deep_target(tmp_path_factory):
+    """The tiny Llama target with 12 layers (random weights): deep enough for GenAI's own layer choice, which it
+    refuses under 10 layers."""
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    config = AutoConfig.from_pretrained(str(TARGET))
+    config.num_hidden_layers = 12
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("targets") / "llama-tiny-12"
+    LlamaForCausalLM(config).save_pretrained(str(out))
+    return out
+
+
 def test_a_specforge_export_is_every_tensor_placed_and_the_embedding_the_targets():
     """SpecForge's draft holds no embedding: the exporter leaves its own random one (MISSING), which the pipeline
-    replaces with the target's when it compiles the pair; every tensor the draft holds is a constant of the IR with
+    replaces with the target's when it builds the pair; every tensor the draft holds is a constant of the IR with
     the checkpoint's values."""
-    result = judge("key-naming", DRAFTS["specforge"])
-    assert result.status == "pass", result
+    assert judge("key-naming", DRAFTS["specforge"]).status == "pass"
 
 
 def test_a_decoder_layer_the_exporter_cannot_place_is_dropped_and_served_random(broken):
     """The exporter builds one ``midlayer``: a layer saved as ``layers.0.*`` (Model Optimizer, NeMo Automodel, a
     speculators export) is UNEXPECTED in its load report, the IR's layer keeps its random initialisation, and the
     export exits 0."""
-    from safetensors.torch import load_file
-
-    tensors = load_file(str(DRAFTS["specforge"] / "model.safetensors"))
+    tensors = specforge_tensors()
     renamed = {k.replace("midlayer.", "layers.0."): v for k, v in tensors.items() if k.startswith("midlayer.")}
-    draft = broken("specforge", remove=list(k for k in tensors if k.startswith("midlayer.")), add=renamed)
+    draft = broken("specforge", remove=[k for k in tensors if k.startswith("midlayer.")], add=renamed)
     result = judge("key-naming", draft)
     assert result.status == "fail", result
     assert "layers.0.self_attn.q_proj.weight" in str(result.evidence)
 
 
-def test_a_speculators_draft_as_saved_is_refused_by_the_exporter():
-    result = judge("key-naming", DRAFTS["speculators-default"])
+def test_a_speculators_draft_as_saved_is_not_a_draft_the_exporter_can_read():
+    result = judge("config", DRAFTS["speculators-default"])
     assert result.status == "fail", result
-    assert "optimum-intel's exporter" in result.summary
+    assert "optimum-intel's exporter cannot read this draft" in result.summary
+
+
+def test_a_tensor_of_another_shape_is_the_exporters_refusal(broken):
+    assert judge("tensor-shapes", DRAFTS["specforge"]).status == "pass"
+    fc = specforge_tensors()["fc.weight"]
+    result = judge("tensor-shapes", broken("specforge", replace={"fc.weight": fc[:, :128].contiguous()}))
+    assert result.status == "fail", result
+    assert "fc.weight" in result.summary + str(result.evidence)
 
 
 def test_d2t_is_served_as_offsets_and_an_absolute_map_is_out_of_range(broken):
     """The IR's ``d2t`` output is the draft sampler's offsets (``index + d2t[index]``): the trainer's offsets pass, a
     map of absolute target ids lands past the target vocabulary."""
-    from safetensors.torch import load_file
-
     assert judge("d2t-semantics", DRAFTS["specforge"]).status == "pass"
-    d2t = load_file(str(DRAFTS["specforge"] / "model.safetensors"))["d2t"]
+    d2t = specforge_tensors()["d2t"]
     absolute = d2t + torch.arange(d2t.numel(), dtype=d2t.dtype)
-    result = judge("d2t-semantics", broken("specforge", replace={"d2t": absolute}))
+    assert judge("d2t-semantics", broken("specforge", replace={"d2t": absolute})).status == "fail"
+
+
+def test_a_target_under_ten_layers_is_refused_without_the_ids_in_the_ir():
+    """The exporter writes no layer ids; GenAI refuses an 8-layer target without them, in its own words, and takes
+    the trainer's ids once they are in the draft IR's rt_info (observed: the pair built again)."""
+    result = judge("hidden-width", DRAFTS["specforge"])
     assert result.status == "fail", result
+    assert "num_decoder_layers must be at least 10" in result.summary
+    assert result.evidence["ids_for_trainer_layers"] == [1, 3, 4]
+    assert "hidden_layers_list" in result.fix and "[1, 3, 4]" in result.fix
+
+
+def test_genai_taps_its_own_default_layers_and_the_trainers_ids_are_not_read(broken, deep_target):
+    """On a 12-layer target GenAI taps the outputs of layers {2, 6, 9} (hidden_states [3, 7, 10]) whatever the draft's
+    config says: a draft trained there passes, SpecForge's default ([1, 5, 8]: hidden_states [2, 6, 9]) fails."""
+    trained_there = broken("specforge", config={"eagle_aux_hidden_state_layer_ids": [2, 6, 9]})
+    assert judge("hidden-width", trained_there, target=deep_target).status == "pass"
+    result = judge("hidden-width", broken("specforge", config={"eagle_aux_hidden_state_layer_ids": [1, 5, 8]}),
+                   target=deep_target)
+    assert result.status == "fail", result
+    assert "hidden_states [3, 7, 10]" in result.summary
+    assert result.evidence["ids_for_trainer_layers"] == [1, 5, 8]
+
+
+def test_a_trained_embedding_is_replaced_by_the_targets(broken):
+    """GenAI's share_vocabulary copies the target's embedding into the draft whatever the draft holds (its log says
+    so): a draft without one is served as trained, a draft that trained its own is not."""
+    assert judge("embed-head", DRAFTS["specforge"]).status == "pass"
+    torch.manual_seed(1)
+    own = {"embed_tokens.weight": torch.randn(512, 64).to(torch.bfloat16)}
+    result = judge("embed-head", broken("specforge", add=own))
+    assert result.status == "fail", result
+
+
+def test_norm_before_residual_is_not_honoured(broken):
+    """The exporter's draft module has no norm_before_residual branch: flipping it changes nothing GenAI runs."""
+    assert judge("config", DRAFTS["specforge"]).status == "pass"
+    result = judge("config", broken("specforge", config={"norm_before_residual": True}))
+    assert result.status in ("fail", "warn"), result
+    assert "norm_before_residual" in result.summary
+
+
+def test_the_draft_ir_computes_the_trainers_step_0(broken):
+    """The draft IR, with the target's embedding GenAI gives it, run by OpenVINO's runtime on the trainer's
+    reference: the pristine draft agrees; a draft whose weights are not the ones the reference ran does not."""
+    result = judge("forward-parity", DRAFTS["specforge"], reference_path=REFERENCE)
+    assert result.status == "pass", result
+    assert "step 0 only" in result.summary
+    norm = specforge_tensors()["midlayer.hidden_norm.weight"]
+    changed = broken("specforge", replace={"midlayer.hidden_norm.weight": norm * 2})
+    assert judge("forward-parity", changed, reference_path=REFERENCE).status == "fail"

@@ -155,6 +155,8 @@ def _judged(subject: SubjectView, reference, obs=None) -> Result:
                    f"{obs.max_abs_diff:.3g}), later steps max {worst:.3g}; top-{TOP_K} target ids equal [{_path(obs)}]")
     elif obs.reference_chain is None:
         summary += " (step 0 only: the trainer's reference carries no later TTT step)"
+    elif not obs.engine_chain:
+        summary += f" (step 0 only: the later steps {obs.chain_path or 'were not replayed'})"
     return Result("forward-parity", PASS, summary, ev)
 
 

@@ -65,9 +65,13 @@ def check_hidden_width(subject: SubjectView) -> Result:
         problems.append(f"target class {aux.target_class or aux.target_architecture} cannot capture aux hidden states "
                         f"on {label}: {reason}")
         since = aux.hook_since
-        fixes.append(f"serve with {since}" if since else
-                     f"{label} does not implement {hook_name} for {aux.target_architecture}: serve a target class "
-                     f"that does, or add the hook to it")
+        if aux.configure_error and aux.ids_for_trainer_layers is not None:  # refused for want of ids it then takes
+            fixes.append(f"write {aux.ids_key}: {aux.ids_for_trainer_layers} ({label} then builds the pair and "
+                         f"captures the layers the trainer used)")
+        else:
+            fixes.append(f"serve with {since}" if since else
+                         f"{label} does not implement {hook_name} for {aux.target_architecture}: serve a target "
+                         f"class that does, or add the hook to it")
     no_aux = trained_without_aux(subject.checkpoint.config, subject.checkpoint.tensors)
     if no_aux:
         ev["trained_without_aux"] = no_aux

@@ -23,10 +23,12 @@ from contracts.engine_spec import EngineSpec
 
 MISSING = re.compile(r"No module named '([^']+)'")
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+# the bundled draft every engine's own steps are first run on (and an engine's surface is observed on)
+CANONICAL_DRAFT = FIXTURES / "drafts" / "specforge"
 
 
 def _steps(engine):
-    draft, target = FIXTURES / "drafts" / "specforge", FIXTURES / "targets" / "llama-tiny"
+    draft, target = CANONICAL_DRAFT, FIXTURES / "targets" / "llama-tiny"
     reference = FIXTURES / "references" / "specforge.safetensors"
     yield "info", lambda: engine.info()
     if not draft.is_dir():  # an installed package without the fixtures: the imports the first step made

@@ -2,19 +2,12 @@
 every engine answers, each from its own code: the exporter that writes the IR it serves (optimum-intel, its load
 report), the IR itself (its constants, inputs and outputs), and its speculative pipeline. One path on a CPU:
 ``LLMPipeline`` with a ``draft_model`` through continuous batching (``Eagle3DecodingImpl``); its stateful path is the
-NPU's. The observations this release's adapter does not make yet say so (``ReplayError``: not judged), never a
-verdict of ours in their place."""
+NPU's."""
 
 from __future__ import annotations
 
 PATH = "eagle3-cb"
 PATH_LABEL = "LLMPipeline with draft_model (continuous batching, Eagle3DecodingImpl)"
-
-
-def _not_yet(what: str):
-    from contracts.engines.errors import ReplayError
-
-    return ReplayError(f"this suite does not observe OpenVINO GenAI's {what} yet")
 
 
 def info() -> dict:
@@ -40,19 +33,27 @@ def load(engine_dir, target_dir=None, runner=None):
 
 
 def aux(engine_dir, target_dir, trainer_hf_indices, runner=None):
-    raise _not_yet("target layer taps (the draft IR's hidden_layers_list, else its {2, N/2, N-3} rule)")
+    from contracts.engines.openvino.aux_capture import observe_aux_capture
+
+    return observe_aux_capture(engine_dir, target_dir, trainer_hf_indices, runner)
 
 
 def config(engine_dir, trained_config, switches, target_config):
-    raise _not_yet("config handling (the exporter's draft module and its switches)")
+    from contracts.engines.openvino.config_probe import observe_config
+
+    return observe_config(engine_dir, trained_config, switches, target_config)
 
 
 def embed_head(engine_dir, target_dir, runner=None):
-    raise _not_yet("embedding and head wiring (the embedding copied from the target at compile)")
+    from contracts.engines.openvino.wiring import observe_embed_head
+
+    return observe_embed_head(engine_dir, target_dir, runner)
 
 
 def forward(engine_dir, target_dir, reference_path, runner=None):
-    raise _not_yet("draft forward (the IR run against the trainer's reference)")
+    from contracts.engines.openvino.draft_forward import observe_forward
+
+    return observe_forward(engine_dir, target_dir, reference_path, runner)
 
 
 def surface():

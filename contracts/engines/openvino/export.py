@@ -8,7 +8,10 @@ The exporter loads the draft with transformers' ``from_pretrained`` into its own
 wrote keeps its random initialisation (MISSING), and the export exits 0. The report is transformers' own
 (``output_loading_info`` of the same load the exporter makes: its class choice, ``_CUSTOM_DRAFT_MODEL_MAP``, and its
 config rewrite, ``update_config_for_custom_draft_model``); the IR is the exporter's. Each draft is exported once per
-worker (its directory and config digest), into a temporary directory removed at exit.
+worker; a model whose files total under ``KEPT_BELOW`` bytes is exported once per environment: its IR and load report
+are kept in the exporter's environment (``<env>/openvino-exports/``), under a key made of every file's path, size and
+modification time, so a file rewritten in place is exported again. Importing the exporter alone takes 20-30 s on two
+cores: a kept export is served without it. Larger models go into a temporary directory removed at exit.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +30,12 @@ from typing import Any
 from contracts.engines.errors import EngineBuildError
 
 _CACHE: dict[str, "Exported"] = {}
+_TARGETS: dict[str, Path] = {}
 # transformers' words when a draft's modeling code (``--trust-remote-code``) imports what this environment lacks
 NEEDS = re.compile(r"requires the following packages that were not found in your environment: ([\w.\-, ]+)")
 _ROOT: list[Path] = []
+KEPT_BELOW = 256 * 2**20  # bytes of model files: smaller exports are kept in the environment between runs
+KEPT = "openvino-exports"
 
 
 @dataclass
@@ -44,7 +51,7 @@ class Exported:
     buffers: list[str] = field(default_factory=list)  # of them, the buffers (d2t, t2d): served only as IR constants
 
 
-def _root() -> Path:
+def scratch_root() -> Path:
     if not _ROOT:
         _ROOT.append(Path(tempfile.mkdtemp(prefix="eagle3-contracts-openvino-")))
         atexit.register(shutil.rmtree, _ROOT[0], True)
@@ -52,8 +59,52 @@ def _root() -> Path:
 
 
 def _key(engine_dir: Path) -> str:
-    digest = hashlib.sha256((engine_dir / "config.json").read_bytes()).hexdigest()[:12]
-    return f"{engine_dir.resolve()}@{digest}"
+    """What an export depends on: every file of the folder (path, size, modification time) and the config's bytes."""
+    files = sorted(f for f in engine_dir.resolve().iterdir() if f.is_file())
+    stamp = "\n".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    return hashlib.sha256(stamp.encode() + (engine_dir / "config.json").read_bytes()).hexdigest()[:24]
+
+
+def settle(made: Path, out: Path) -> Path:
+    """MADE (written by this process) moved to OUT in one step; where another worker got there first, its copy."""
+    import os
+
+    try:
+        os.replace(made, out) if not out.exists() else shutil.rmtree(made, ignore_errors=True)
+    except OSError:  # another worker's copy arrived in between
+        shutil.rmtree(made, ignore_errors=True)
+    return out
+
+
+def scratch_for(out: Path) -> Path:
+    """A directory beside OUT that only this process writes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{out.name}.", dir=out.parent))
+
+
+def _home(engine_dir: Path, key: str) -> Path:
+    """Where ENGINE_DIR's export goes: kept in the environment when its files are small, else temporary."""
+    size = sum(f.stat().st_size for f in engine_dir.iterdir() if f.is_file())
+    return (Path(sys.prefix) / KEPT if size < KEPT_BELOW else scratch_root()) / key
+
+
+# the draft architectures the exporter builds its EAGLE-3 module for (its _CUSTOM_DRAFT_MODEL_MAP's EAGLE-3 keys)
+EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
+
+
+def _config(engine_dir: Path):
+    """The config as the exporter reads it (transformers' AutoConfig), or its refusal as ``EngineBuildError``."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(engine_dir), trust_remote_code=True)
+    except Exception as e:  # noqa: BLE001  (the exporter's own refusal of the directory, in its words)
+        raise EngineBuildError(f"optimum-intel's exporter cannot read this draft: {type(e).__name__}: {e}") from None
+
+
+def saved_architecture(engine_dir) -> str | None:
+    """``architectures[0]`` as the exporter reads the folder's config (the key of its draft classes)."""
+    return (getattr(_config(Path(engine_dir)), "architectures", None) or [None])[0]
 
 
 def exporter_class(architecture: str | None):
@@ -64,27 +115,28 @@ def exporter_class(architecture: str | None):
     return _CUSTOM_DRAFT_MODEL_MAP.get(architecture)
 
 
-def export(engine_dir) -> Exported:
+def export(engine_dir, keep: bool = True) -> Exported:
     """The exporter's IR of ENGINE_DIR and its load report (raises ``EngineBuildError`` with the exporter's own words
-    when it refuses the directory)."""
+    when it refuses the directory); KEEP false: never kept between runs (a probe's passing copy)."""
     engine_dir = Path(engine_dir)
     key = _key(engine_dir)
     if key in _CACHE:
         return _CACHE[key]
+    out = _home(engine_dir, key) if keep else scratch_root() / key
+    record = out / "eagle3-contracts-export.json"
+    if record.is_file():
+        _CACHE[key] = Exported(**{**json.loads(record.read_text()), "ir": out})
+        return _CACHE[key]
     from optimum.exporters.openvino import main_export
     from optimum.exporters.openvino.__main__ import update_config_for_custom_draft_model
     from optimum.intel.openvino.configuration import OVConfig
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    try:
-        config = AutoConfig.from_pretrained(str(engine_dir), trust_remote_code=True)
-    except Exception as e:  # noqa: BLE001  (the exporter's own refusal of the directory, in its words)
-        raise EngineBuildError(f"optimum-intel's exporter cannot read this draft: {type(e).__name__}: {e}") from None
+    config = _config(engine_dir)
     architecture = (getattr(config, "architectures", None) or [None])[0]
     classes = exporter_class(architecture)
     if classes is not None:
         config = update_config_for_custom_draft_model(config, *classes)
-    out = _root() / hashlib.sha256(key.encode()).hexdigest()[:16]
     try:
         model, info = AutoModelForCausalLM.from_pretrained(str(engine_dir), config=config, trust_remote_code=True,
                                                            output_loading_info=True)
@@ -92,7 +144,8 @@ def export(engine_dir) -> Exported:
         params = {name: list(t.shape) for name, t in model.state_dict().items()}
         buffers = sorted(name for name, _ in model.named_buffers())
         del model
-        main_export(model_name_or_path=str(engine_dir), output=str(out), task="text-generation-with-past",
+        made = scratch_for(out)
+        main_export(model_name_or_path=str(engine_dir), output=str(made), task="text-generation-with-past",
                     trust_remote_code=True, ov_config=OVConfig(dtype="fp32"))
     except ImportError as e:  # a module the exporter's path imports, missing here: the environment's to add
         needed = NEEDS.search(str(e))
@@ -101,15 +154,58 @@ def export(engine_dir) -> Exported:
         first = needed.group(1).split(",")[0].strip()
         raise ModuleNotFoundError(f"No module named '{first}' ({e})", name=first) from None
     except Exception as e:  # noqa: BLE001  (the exporter stopped: its refusal, in its words)
-        raise EngineBuildError(f"optimum-intel's exporter refused this draft: {type(e).__name__}: {e}") from None
+        raise EngineBuildError(f"optimum-intel's exporter refused this draft: {type(e).__name__}: {e}"
+                               + _mismatched(engine_dir, config, e)) from None
     exported = Exported(ir=out, draft_class=draft_class, architecture=architecture,
                         config=json.loads(config.to_json_string()),
                         missing=sorted(map(str, info.get("missing_keys", []))),
                         unexpected=sorted(map(str, info.get("unexpected_keys", []))),
                         mismatched=sorted(str(m) for m in info.get("mismatched_keys", [])), params=params,
                         buffers=buffers)
+    (made / record.name).write_text(json.dumps({k: v for k, v in exported.__dict__.items() if k != "ir"}))
+    settle(made, out)
     _CACHE[key] = exported
     return exported
+
+
+def _mismatched(engine_dir: Path, config, error: Exception) -> str:
+    """Where transformers refused sizes ("look at the above report"), the report it logged: the same load asked
+    for it (``ignore_mismatched_sizes``), each tensor with the checkpoint's shape and the parameter's."""
+    if "ignore_mismatched_sizes" not in str(error):
+        return ""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        _, info = AutoModelForCausalLM.from_pretrained(str(engine_dir), config=config, trust_remote_code=True,
+                                                       output_loading_info=True, ignore_mismatched_sizes=True)
+    except Exception:  # noqa: BLE001  (no report beyond the refusal itself)
+        return ""
+    sizes = [f"{key}: checkpoint {list(saved)}, parameter {list(wanted)}" if isinstance(saved, tuple) else str(key)
+             for key, saved, wanted in (m if len(m) == 3 else (m, None, None) for m in info.get("mismatched_keys", []))]
+    return f" (its load report: size mismatch for {'; '.join(sizes)})" if sizes else ""
+
+
+def export_target(target_dir) -> Path:
+    """The exporter's IR of the target model (as ``optimum-cli export openvino`` writes it), once per worker."""
+    target_dir = Path(target_dir)
+    key = _key(target_dir)
+    if key in _TARGETS:
+        return _TARGETS[key]
+    out = _home(target_dir, key)
+    if (out / "openvino_model.xml").is_file():
+        _TARGETS[key] = out
+        return out
+    from optimum.exporters.openvino import main_export
+    from optimum.intel.openvino.configuration import OVConfig
+
+    try:
+        made = scratch_for(out)
+        main_export(model_name_or_path=str(target_dir), output=str(made), task="text-generation-with-past",
+                    trust_remote_code=True, ov_config=OVConfig(dtype="fp32"))
+    except Exception as e:  # noqa: BLE001  (the exporter stopped on the target: its words)
+        raise EngineBuildError(f"optimum-intel's exporter refused the target: {type(e).__name__}: {e}") from None
+    _TARGETS[key] = settle(made, out)
+    return out
 
 
 def ir_constants(ir: Path) -> dict[str, Any]:

@@ -60,7 +60,8 @@ def observe_load(engine_dir, target_dir=None, runner=None) -> LoadObservation:
             if param == D2T:
                 fate.side_channel = "hot_token_id"
         tensors.append(fate)
-    params = [ParamState(name=name, shape=shape, dtype="float32",
+    params = [ParamState(name=name, shape=shape, dtype=str(served[IR_PREFIX + name].dtype) if name in made.buffers
+                         else "float32",
                          unwritten_fraction=0.0 if written.get(name) else 1.0,
                          shared_from_target=EMBED_COPIED if name == EMBED else None)
               for name, shape in sorted(made.params.items())

@@ -3,7 +3,7 @@ dependencies) beside the exporter that turns a draft into the IR it serves (opti
 same OpenVINO), in its own environment; a bare ``openvino`` means the pinned release. One speculative path on a CPU:
 ``LLMPipeline`` with a ``draft_model``, through continuous batching (its stateful path needs an NPU)."""
 
-from contracts.engine_profile import EngineProfile, InstallProfile
+from contracts.engine_profile import EngineProfile, InstallProfile, ServingLoopProfile
 
 PROFILE = EngineProfile(
     name="openvino",
@@ -20,5 +20,8 @@ PROFILE = EngineProfile(
     install=InstallProfile(with_deps=True, remove=("torchvision",), derive="contracts.engines.openvino.recipe:derive"),
     pinned="2026.4.1.0",
     single_path="OpenVINO GenAI is judged on its one speculative path on a CPU",
-    no_serving_loop="accept on OpenVINO GenAI's pipeline is not wired yet",
+    serving_loop=ServingLoopProfile(
+        job="contracts.engines.openvino.acceptance",
+        path="LLMPipeline with the draft model (continuous batching) on a CPU: the IRs its "
+             "exporter writes, the draft's with its trained layer ids in rt_info (hidden_layers_list)"),
 )

@@ -1,18 +1,15 @@
 """OpenVINO GenAI's EAGLE-3 contract surface in one release, read from its exporter and the IR it writes: the draft
 architectures the exporter builds as EAGLE-3 drafts, the parameters its draft module has for the canonical draft
-(``fixtures/drafts/specforge``), and the IR's outputs and EAGLE-3 rt_info keys the pipeline reads.
+(the bundled draft the environment probe runs first), and the IR's outputs and EAGLE-3 rt_info keys the pipeline reads.
 
 Contract served: the surface drift report (``contracts.engines.surface_drift``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from contracts.engines.openvino.export import export
+from contracts.engines.probe import CANONICAL_DRAFT
 from contracts.engines.openvino.version import engine
 from contracts.observations import SurfaceObservation
-
-CANONICAL_DRAFT = Path(__file__).resolve().parents[3] / "fixtures" / "drafts" / "specforge"
 
 
 def observe_surface() -> SurfaceObservation:
