@@ -291,7 +291,7 @@ NAMED_ON_PURPOSE = {
 # (fixtures/drafts/specforge: the draft the engines' surface snapshots and the probe load), and one trainer release's
 # sdist is made from its own files for a reason written beside it.
 TRAINER_NAMED_ON_PURPOSE = {
-    ("contracts/engines/probe.py", "specforge"),
+    ("contracts/engines/canonical.py", "specforge"),
     ("contracts/engines/sglang/surface.py", "specforge"),
     ("contracts/engines/vllm/surface.py", "specforge"),
     ("contracts/environments/trainers.py", "specforge"),

@@ -53,6 +53,19 @@ def test_the_committed_llamacpp_snapshot_is_the_pinned_llamacpps_surface():
     assert "eagle_aux_hidden_state_layer_ids" in snapshot["config_keys"] and "d2t" in snapshot["special_tensors"]
 
 
+def test_the_committed_openvino_snapshot_is_the_pinned_openvinos_surface():
+    """OpenVINO GenAI's surface (the draft architectures its exporter builds as EAGLE-3 drafts, its draft module's
+    parameters for the canonical draft, the IR's outputs and EAGLE-3 rt_info keys) is snapshotted as the others are."""
+    from contracts.engine_spec import PINNED
+    from contracts.engines import engine_for
+
+    release = EngineSpec("openvino", PINNED["openvino"])
+    snapshot = json.loads(nightly.snapshot_path(release).read_text())
+    surface = json.loads(json.dumps(engine_for(release).surface()))
+    assert drift(snapshot, surface) == []
+    assert "LlamaForCausalLMEagle3" in snapshot["draft_architectures"] and "d2t" in snapshot["ir_outputs"]
+
+
 def test_the_surface_holds_what_the_contracts_depend_on(snapshot):
     assert snapshot["renames"]["midlayer.self_attn.q_proj.weight"] == ["model.layers.0.self_attn.qkv_proj.weight[q]"]
     assert snapshot["renames"]["d2t"] == ["side channel: hot_token_id"]

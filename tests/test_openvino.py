@@ -5,8 +5,6 @@ broken checkpoint that makes it fail next to a pristine one that passes."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from conftest import DRAFTS, REFERENCES, TARGET, judge_contract

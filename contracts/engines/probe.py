@@ -1,7 +1,7 @@
 """The environment builder's probe: run an engine adapter's own steps once, inside a newly made environment, and
 say which module the engine's EAGLE-3 path could not import (``contracts.environments.recipes``: the import closure).
 
-Every step a contract takes is run on the bundled specforge draft and tiny Llama target (load, config, aux capture,
+Every step a contract takes is run on the canonical bundled draft and tiny Llama target (``canonical``) (load, config, aux capture,
 embed/head wiring, the reference forward); a missing module shows either as the exception itself or inside the
 engine refusal the adapter records, so both are searched. Prints one JSON line:
 ``{"ok": true}``, ``{"missing": MODULE, "step": OP, "where": "FILE:LINE"}`` (the engine's own statement that
@@ -17,19 +17,15 @@ import os
 import re
 import sys
 import traceback
-from pathlib import Path
 
 from contracts.engine_spec import EngineSpec
+from contracts.engines.canonical import CANONICAL_DRAFT, CANONICAL_REFERENCE, CANONICAL_TARGET
 
 MISSING = re.compile(r"No module named '([^']+)'")
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-# the bundled draft every engine's own steps are first run on (and an engine's surface is observed on)
-CANONICAL_DRAFT = FIXTURES / "drafts" / "specforge"
 
 
 def _steps(engine):
-    draft, target = CANONICAL_DRAFT, FIXTURES / "targets" / "llama-tiny"
-    reference = FIXTURES / "references" / "specforge.safetensors"
+    draft, target, reference = CANONICAL_DRAFT, CANONICAL_TARGET, CANONICAL_REFERENCE
     yield "info", lambda: engine.info()
     if not draft.is_dir():  # an installed package without the fixtures: the imports the first step made
         return

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from contracts.engines.errors import EngineBuildError
-from contracts.engines.openvino.export import (EAGLE3_ARCHITECTURES, export, exporter_class, ir_constants,
+from contracts.engines.openvino.export import (eagle3_architectures, export, exporter_class, ir_constants,
                                               saved_architecture)
 from contracts.engines.openvino.ir_run import EMBED, DraftIR
 from contracts.engines.openvino.version import engine
@@ -50,7 +50,7 @@ def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
     if exporter_class(architecture) is None:  # not a draft it knows: it would export an ordinary model, or stop
         obs.is_eagle3_draft = False
         obs.dispatch_error = (f"optimum-intel's exporter has no EAGLE-3 draft class for {architecture} (it builds "
-                              f"{', '.join(EAGLE3_ARCHITECTURES)} only) and exports the folder as an ordinary model")
+                              f"{', '.join(eagle3_architectures())} only) and exports the folder as an ordinary model")
         return obs
     made = export(engine_dir)  # its refusal from here on is the load's (a tensor it cannot place)
     obs.draft_class = made.draft_class

@@ -88,10 +88,6 @@ def _home(engine_dir: Path, key: str) -> Path:
     return (Path(sys.prefix) / KEPT if size < KEPT_BELOW else scratch_root()) / key
 
 
-# the draft architectures the exporter builds its EAGLE-3 module for (its _CUSTOM_DRAFT_MODEL_MAP's EAGLE-3 keys)
-EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
-
-
 def _config(engine_dir: Path):
     """The config as the exporter reads it (transformers' AutoConfig), or its refusal as ``EngineBuildError``."""
     from transformers import AutoConfig
@@ -105,6 +101,13 @@ def _config(engine_dir: Path):
 def saved_architecture(engine_dir) -> str | None:
     """``architectures[0]`` as the exporter reads the folder's config (the key of its draft classes)."""
     return (getattr(_config(Path(engine_dir)), "architectures", None) or [None])[0]
+
+
+def eagle3_architectures() -> list[str]:
+    """The draft architectures the exporter builds its EAGLE-3 module for (its _CUSTOM_DRAFT_MODEL_MAP's EAGLE-3 keys)."""
+    from optimum.exporters.openvino.__main__ import _CUSTOM_DRAFT_MODEL_MAP
+
+    return sorted(a for a in _CUSTOM_DRAFT_MODEL_MAP if "eagle3" in a.lower())
 
 
 def exporter_class(architecture: str | None):
@@ -180,8 +183,8 @@ def _mismatched(engine_dir: Path, config, error: Exception) -> str:
                                                        output_loading_info=True, ignore_mismatched_sizes=True)
     except Exception:  # noqa: BLE001  (no report beyond the refusal itself)
         return ""
-    sizes = [f"{key}: checkpoint {list(saved)}, parameter {list(wanted)}" if isinstance(saved, tuple) else str(key)
-             for key, saved, wanted in (m if len(m) == 3 else (m, None, None) for m in info.get("mismatched_keys", []))]
+    sizes = [f"{m[0]}: checkpoint {list(m[1])}, parameter {list(m[2])}" if isinstance(m, tuple) and len(m) == 3
+             else str(m) for m in info.get("mismatched_keys", [])]
     return f" (its load report: size mismatch for {'; '.join(sizes)})" if sizes else ""
 
 

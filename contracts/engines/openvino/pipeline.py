@@ -18,6 +18,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LAYERS_KEY = "hidden_layers_list"
 EMBEDDING_COPIED = "Copying embedding weights from main to draft model"
@@ -27,7 +28,7 @@ os.environ.setdefault("OPENVINO_LOG_LEVEL", "3")
 
 @dataclass
 class Pair:
-    pipeline: object | None  # the LLMPipeline (None: GenAI refused the pair)
+    pipeline: Any  # the LLMPipeline (None: GenAI refused the pair)
     refusal: str | None  # GenAI's own error
     log: str  # what GenAI logged while building it
     layers: list[int] | None  # the ids written into the draft IR's rt_info (None: none, GenAI's default)
