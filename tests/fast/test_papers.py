@@ -15,7 +15,7 @@ TABLE = REPO / "docs" / "bundled-drafts.md"
 # (a column may stand for several: "after `convert` (both runners)")
 COLUMNS = [[("engines", "sglang==0.5.23")], [("after_convert", "sglang==0.5.23")], [("engines", "vllm==0.32.0")],
            [("engines", "vllm==0.32.0:v1")], [("after_convert", "vllm==0.32.0"), ("after_convert", "vllm==0.32.0:v1")],
-           [("engines", "llamacpp==2026.10.11549")]]
+           [("engines", "llamacpp==2026.10.11549")], [("engines", "openvino==2026.4.1.0")]]
 HEADER = "| draft (trainer) | SGLang 0.5.23"
 
 
