@@ -104,16 +104,19 @@ def test_a_break_is_predicted_only_by_a_root_cause_its_pristine_draft_does_not_h
 def test_the_loop_beside_is_compared_collapse_for_collapse_and_each_parting_named():
     from contracts.tables.acceptance_study import beside_agreement
 
-    def row(brk, ours, theirs):
+    def row(brk, ours, theirs, third=3.0):
         r = _row(brk, ours, [])
-        r["acceptance_beside"] = {"refused": "llama.cpp 2026.10.11549 did not serve the draft: x"} \
-            if theirs is None else {"mean_acceptance_length": theirs}
+        r["beside"] = {"llamacpp==X": {"refused": "llama.cpp X did not serve the draft: x"} if theirs is None else
+                       {"mean_acceptance_length": theirs}, "openvino==Y": {"mean_acceptance_length": third}}
         return r
 
-    rows = [row("pristine", 3.9, 3.8), row("d2t zeroed", 1.03, 1.03), row("aux ids one layer off", 3.9, 1.2),
+    rows = [row("pristine", 3.9, 3.8, 3.86), row("d2t zeroed", 1.03, 1.03, 1.03), row("aux ids one layer off", 3.9, 1.2),
             row("layer under a dropped prefix", 1.0, None), row("norm flipped", 3.85, 3.79)]
     unmeasured = row("d2t missing", 1.0, 1.0)
-    unmeasured["acceptance_beside"] = {"error": "the acceptance job failed"}
-    result = beside_agreement([*rows, unmeasured])
+    unmeasured["beside"]["llamacpp==X"] = {"error": "the acceptance job failed"}
+    result = beside_agreement([*rows, unmeasured], "llamacpp==X", "vllm==Z")
     assert (result["variants"], result["same"]) == (4, 3)
-    assert result["parted"] == ["d / aux ids one layer off: the other collapses, vLLM holds"]
+    assert result["parted"] == ["d / aux ids one layer off: llamacpp==X collapses, vllm==Z holds"]
+    other = beside_agreement([*rows, unmeasured], "openvino==Y", "vllm==Z")  # each engine beside on its own
+    assert (other["variants"], other["same"]) == (5, 3)
+    assert other["parted"][0] == "d / aux ids one layer off: openvino==Y collapses, vllm==Z holds"

@@ -4,12 +4,13 @@ For every draft trained to convergence (fixtures/converged/, ``bundled.converged
 a copy with the break that contract exists for, it records the static verdicts (``check`` on the release's default
 path and on the runner ``accept`` serves with) and the mean acceptance length ``accept`` measures on vLLM's own
 speculative decoding loop. The agreement is stated as a figure: every variant with a root-cause failure and its
-measured drop from the pristine draft; every all-pass and its gap to the pristine draft. ``--beside llamacpp[==X]``
-measures every variant on llama.cpp's own loop too (``accept --engine llamacpp``: its converter and its server), a
-column beside vLLM's: where two engines' loops part on the same broken copy, the cause is in one of them.
+measured drop from the pristine draft; every all-pass and its gap to the pristine draft. ``--beside ENGINE[==X]``
+(repeatable) measures every variant on another engine's own loop too (``accept --engine ENGINE``: llama.cpp's
+converter and server, OpenVINO GenAI's exporter and pipeline), a column beside the first engine's: where two engines'
+loops part on the same broken copy, the cause is in one of them.
 
-    python -m contracts.tables.acceptance_study [--engine vllm==0.32.0] [--beside llamacpp] [--output docs/acceptance.md]
-                                         [--json FILE]   (run by `tox -e acceptance`)
+    python -m contracts.tables.acceptance_study [--engine vllm==0.32.0] [--beside llamacpp] [--beside openvino]
+                                         [--output docs/acceptance.md] [--json FILE]   (run by `tox -e acceptance`)
 """
 
 from __future__ import annotations
@@ -178,15 +179,16 @@ def _measured(copy: Path, target: Path, engine: EngineSpec, expect: bool) -> dic
 
 
 def study(engine: EngineSpec | None = None, breaks: list[Break] = BREAKS, drafts: list[str] | None = None,
-          beside: EngineSpec | None = None) -> dict:
+          beside: list[EngineSpec] | None = None) -> dict:
     """Every converged draft x break: verdicts (default path, the accept runner) and measured acceptance; with
-    BESIDE (``llamacpp[==X]``), each variant measured on that engine's loop too. ENGINE: a release of an engine
+    BESIDE (other engines), each variant measured on each of their loops too. ENGINE: a release of an engine
     whose serving loop runs on a CPU (default: accept's engine, its pinned release)."""
     from dataclasses import replace
 
     from contracts.accept import serving_loop
 
     engine = (engine or EngineSpec(serving_engine())).canonical()
+    beside = [b.canonical() for b in beside or []]
     accept_spec = serving_loop(engine).check_spec  # the runner its loop runs on a CPU (vLLM: V1)
 
     from contracts.bundled import converged_subjects
@@ -209,15 +211,24 @@ def study(engine: EngineSpec | None = None, breaks: list[Break] = BREAKS, drafts
                 if "trainer_expectation" in row["acceptance"]:
                     row["trainer_expectation"] = row["acceptance"].pop("trainer_expectation")
                 if beside:
-                    row["acceptance_beside"] = _measured(copy, base.target_path, beside, False)
+                    row["beside"] = {str(b): _measured(copy, base.target_path, b, False) for b in beside}
                 rows.append(row)
                 print(_line(row), file=sys.stderr, flush=True)
     doc = {"engine": str(engine), "rows": rows, "drop": DROP, "seconds": round(time.perf_counter() - start, 1),
-           "agreement": agreement(rows)}
+           "agreement": agreement(rows), "paths": paths_of(rows)}
     if beside:
-        doc["beside"] = str(beside)
-        doc["beside_agreement"] = beside_agreement(rows)
+        doc["beside"] = [str(b) for b in beside]
+        doc["beside_agreement"] = {str(b): beside_agreement(rows, str(b), str(engine)) for b in beside}
     return doc
+
+
+def paths_of(rows: list[dict]) -> dict:
+    """The paths the two verdict columns were judged on, as the verdicts name them: the release's default path and
+    the one its serving loop measured (the same path where the engine has one)."""
+    def first(key):
+        return next((r[key]["path"] for r in rows if r[key].get("path")), None)
+
+    return {"default": first("verdict"), "measured": first("verdict_v1")}
 
 
 def _length(row: dict) -> float | None:
@@ -273,34 +284,36 @@ def agreement(rows: list[dict]) -> dict:
     return out
 
 
-def beside_agreement(rows: list[dict]) -> dict:
-    """Where the other engine's loop collapses (more than DROP below its own pristine draft, or refused) on the same
-    variants as vLLM's, and each variant where the two part."""
-    def collapsed(row, key, base):
-        length = row[key].get("mean_acceptance_length")
-        return length is None or length < base[key]["mean_acceptance_length"] - DROP
+def beside_agreement(rows: list[dict], other: str, engine: str = "the first engine") -> dict:
+    """Where OTHER's loop collapses (more than DROP below its own pristine draft, or refused) on the same variants as
+    ENGINE's, and each variant where the two part."""
+    def measured(row, theirs):
+        return row["beside"][other] if theirs else row["acceptance"]
+
+    def collapsed(row, base, theirs):
+        length = measured(row, theirs).get("mean_acceptance_length")
+        return length is None or length < measured(base, theirs)["mean_acceptance_length"] - DROP
 
     pristine = {r["draft"]: r for r in rows if r["break"] == "pristine"}
     out: dict = {"variants": 0, "same": 0, "parted": []}
     for r in rows:
         base = pristine.get(r["draft"])
         if r["break"] == "pristine" or base is None or any(
-                x.get("error") or (x.get("mean_acceptance_length") is None)
-                for x in (base["acceptance"], base["acceptance_beside"])) or \
-                r["acceptance"].get("error") or r["acceptance_beside"].get("error"):
+                measured(base, t).get("error") or measured(base, t).get("mean_acceptance_length") is None or
+                measured(r, t).get("error") for t in (False, True)):
             continue
         out["variants"] += 1
-        ours, theirs = collapsed(r, "acceptance", base), collapsed(r, "acceptance_beside", base)
+        ours, theirs = collapsed(r, base, False), collapsed(r, base, True)
         if ours == theirs:
             out["same"] += 1
         else:
             out["parted"].append(f"{r['draft']} / {r['break']}: " + (
-                "vLLM collapses, the other holds" if ours else "the other collapses, vLLM holds"))
+                f"{engine} collapses, {other} holds" if ours else f"{other} collapses, {engine} holds"))
     return out
 
 
-def _fmt_beside(row: dict) -> str:
-    got = row.get("acceptance_beside") or {}
+def _fmt_beside(row: dict, other: str) -> str:
+    got = (row.get("beside") or {}).get(other) or {}
     if got.get("error"):
         return "not measured"
     if "refused" in got:
@@ -332,19 +345,21 @@ def _line(row: dict) -> str:
 
 def render_markdown(doc: dict) -> str:
     a = doc["agreement"]
-    beside = doc.get("beside")
+    beside = doc.get("beside") or []
+    paths = doc.get("paths") or {}
     lines = [
-        "| draft | break | contract it exists for | verdict (default path: "
-        f"{doc['engine']}, Model Runner V2) | verdict (Model Runner V1, the loop measured) | mean acceptance length "
-        "| drop from pristine |" + (f" {beside}'s loop (not judged by check yet) |" if beside else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if beside else ""),
+        f"| draft | break | contract it exists for | verdict (default path: {doc['engine']}, "
+        f"{paths.get('default') or 'its default path'}) | verdict ({paths.get('measured') or 'the accept path'}, the "
+        f"loop measured) | mean acceptance length on {doc['engine']}'s loop | drop from pristine |"
+        + "".join(f" {b}'s loop |" for b in beside),
+        "|---|---|---|---|---|---|---|" + "---|" * len(beside),
     ]
     for r in doc["rows"]:
         drop = "" if r["break"] == "pristine" else "not counted" if "measured_drop" not in r else (
             "refused" if r["measured_drop"] is None else f"{r['measured_drop']:+.2f}")
         lines.append(f"| {r['draft']} | {r['break']} | {r['contract']} | {_fmt_verdict(r['verdict'])} | "
                      f"{_fmt_verdict(r['verdict_v1'])} | {_fmt_length(r)} | {drop} |"
-                     + (f" {_fmt_beside(r)} |" if beside else ""))
+                     + "".join(f" {_fmt_beside(r, b)} |" for b in beside))
     lines += ["", f"Agreement: {a['agree']} of {a['variants']} broken variants (a root-cause failure on the runner "
               f"measured that the pristine draft does not have, exactly where acceptance dropped by more than "
               f"{doc['drop']} or the engine refused to serve)" + (f"; {len(a['unjudged'])} not counted" if a.get("unjudged") else "") +
@@ -358,10 +373,10 @@ def render_markdown(doc: dict) -> str:
                      f"{expected}")
     lines += [f"- disagreement: {d}" for d in a["disagreements"]]
     lines += [f"- not counted: {u}" for u in a.get("unjudged", [])]
-    if beside:
-        b = doc["beside_agreement"]
-        lines += ["", f"{beside}'s loop collapses (more than {doc['drop']} below its own pristine draft, or refused) "
-                  f"on the same variants as vLLM's in {b['same']} of {b['variants']}."]
+    for other in beside:
+        b = doc["beside_agreement"][other]
+        lines += ["", f"{other}'s loop collapses (more than {doc['drop']} below its own pristine draft, or refused) "
+                  f"on the same variants as {doc['engine']}'s in {b['same']} of {b['variants']}."]
         lines += [f"- parted: {p}" for p in b["parted"]]
     return "\n".join(lines) + "\n"
 
@@ -382,12 +397,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", help="a release of an engine whose serving loop runs on a CPU (default: accept's "
                                           "engine, its pinned release)")
     parser.add_argument("--draft", action="append", help="only this converged draft (repeatable)")
-    parser.add_argument("--beside", help="measure every variant on this engine's loop too (llamacpp or llamacpp==X)")
+    parser.add_argument("--beside", action="append", default=[],
+                        help="measure every variant on this engine's loop too (llamacpp[==X], openvino[==X]; repeatable)")
     parser.add_argument("--output", type=Path, help="a markdown file whose study markers receive the table")
     parser.add_argument("--json", type=Path, help="the rows as JSON")
     args = parser.parse_args(argv)
     try:
-        engine, beside = (EngineSpec.parse(e) if e else None for e in (args.engine, args.beside))
+        engine = EngineSpec.parse(args.engine) if args.engine else None
+        beside = [EngineSpec.parse(b) for b in args.beside]
     except ValueError as e:
         parser.error(str(e))
     doc = study(engine, drafts=args.draft, beside=beside)

@@ -16,13 +16,14 @@ from pathlib import Path
 from contracts.checkpoint import text_config
 from contracts.engines.openvino.aux_capture import default_layers
 from contracts.engines.openvino.export import export, export_target, ir_constants
+from contracts.engines.openvino.ir_run import D2T, EMBED
 from contracts.engines.openvino.pipeline import build, trained_ids
 from contracts.engines.openvino.version import engine
 from contracts.fingerprint import chunk_rows_for, fingerprint
 from contracts.observations_wiring import HeldTensor, WiringObservation
 
 WIRING = "LLMPipeline (continuous batching, Eagle3DecodingImpl): share_vocabulary copies the target's embedding"
-EMBED, HEAD = "self.model.embed_tokens.weight", "self.model.lm_head.weight"
+HEAD = "self.model.lm_head.weight"
 
 
 def _held(param: str, values, written: bool, same_as: str | None) -> HeldTensor:
@@ -57,7 +58,7 @@ def observe_embed_head(engine_dir, target_dir, runner=None) -> WiringObservation
         _held(EMBED, draft.get(EMBED), "model.embed_tokens.weight" not in made.missing, None)
     head = _held(HEAD, draft.get(HEAD), "model.lm_head.weight" not in made.missing, None)
     config = made.config
-    d2t = draft.get("self.model.d2t")
+    d2t = draft.get(D2T)
     return WiringObservation(
         engine=engine(), wiring=WIRING, calls=["share_vocabulary"] if copied else [], load_lm_head_from_target=False,
         tied=False, error=error,
