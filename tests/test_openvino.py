@@ -153,3 +153,20 @@ def test_a_target_beyond_the_export_bound_is_not_judged_and_says_why(tmp_path):
     assert result.status == "skip", result
     assert "beyond its bound" in result.summary and "0.30 B parameters" in result.summary
     assert judge("d2t-semantics", DRAFTS["specforge"], target=target).status == "pass"
+
+
+def test_a_later_step_the_ir_does_not_compute_is_named(tmp_path):
+    """Step 0 agrees and the trainer's step 1 is not what GenAI's loop computes (its recorded logits moved by 0.05):
+    the verdict names draft step 1 and GenAI's loop, so a break that only the fed-back state shows is caught."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(REFERENCE), framework="pt") as f:
+        tensors, meta = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    tensors["step_logits"][1] += 0.05
+    moved = tmp_path / "reference.safetensors"
+    save_file(tensors, str(moved), metadata=meta)
+    result = judge("forward-parity", DRAFTS["specforge"], reference_path=moved)
+    assert result.status == "fail", result
+    assert "step 0 agrees" in result.summary and "draft step 1 diverges" in result.summary
+    assert "OpenVINO GenAI's Eagle3 draft loop" in result.summary

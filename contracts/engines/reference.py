@@ -43,6 +43,27 @@ def tolerance(ref_logits, served_embed_dtype: str | None, trained_embed_dtype: s
     return tol, why
 
 
+def chain_steps(reset, decode, ids, g, prenorm0, steps: int) -> list:
+    """[step k - 1][anchor] -> the engine's logits row of step k of the chain anchored there, as a draft loop steps
+    it: step 0's KV for positions 0..anchor (``decode(0, ids, g)`` on the states the target handed over), then one
+    token per step at the next position fed the pre-norm state of the step before (PRENORM0: step 0's, per position),
+    ground-truth tokens in place of sampled ones. RESET clears the engine's KV cache; DECODE(position, ids, states)
+    returns (logits rows, pre-norm rows)."""
+    t = len(ids)
+    later: list[list] = [[] for _ in range(steps - 1)]
+    for anchor in range(t):
+        n = min(steps, t - anchor)
+        if n < 2:
+            continue
+        reset()
+        decode(0, ids[:anchor + 1], g[:anchor + 1])
+        fed = prenorm0[anchor:anchor + 1]
+        for k in range(1, n):
+            row, fed = decode(anchor + k, ids[anchor + k:anchor + k + 1], fed)
+            later[k - 1].append(row[0])
+    return later
+
+
 class Replay:
     """The part of a forward-parity replay every engine shares: the reference read, the checkpoint opened, the
     observation begun with the trainer's logits and its map (``d2t`` as the trainers define it: target id = draft id

@@ -19,7 +19,7 @@ from contracts.engines.errors import EngineBuildError
 from contracts.engines.llamacpp.graph import GraphError
 from contracts.engines.llamacpp.pair import pair
 from contracts.engines.llamacpp.version import engine
-from contracts.engines.reference import COMPUTE_DTYPE, Replay
+from contracts.engines.reference import COMPUTE_DTYPE, Replay, chain_steps
 from contracts.observations import ForwardObservation
 
 CHAIN_LOOP = "llama.cpp speculative draft loop (common_speculative_impl_draft_eagle3::draft)"
@@ -43,7 +43,7 @@ def observe_forward(engine_dir, target_dir, reference_path, runner=None) -> Forw
         g = graph.encode(replay.hidden.numpy())
         graph.clear()
         logits, prenorm = graph.decode(0, ids, g)
-        later = _later_steps(graph, ids, g, prenorm, len(chain) + 1) if chain else None
+        later = chain_steps(graph.clear, graph.decode, ids, g, prenorm, len(chain) + 1) if chain else None
     except GraphError as e:
         raise EngineBuildError(f"llama.cpp's EAGLE-3 graph refused the reference: {e}") from None
     if logits.shape[1] < max(obs.engine_map) + 1:
@@ -62,19 +62,3 @@ def observe_forward(engine_dir, target_dir, reference_path, runner=None) -> Forw
     embed = "float32"  # the converter writes f32 here (--outtype f32); the draft's or the target's token_embd
     return replay.compare(eng, embed, half_attention=graph.kv_half)
 
-
-def _later_steps(graph, ids, g, prenorm0, steps: int) -> list:
-    """[step k - 1][anchor] -> llama.cpp's target-vocab logits row of step k of the chain anchored there."""
-    t = len(ids)
-    later: list[list] = [[] for _ in range(steps - 1)]
-    for anchor in range(t):
-        n = min(steps, t - anchor)
-        if n < 2:
-            continue
-        graph.clear()
-        graph.decode(0, ids[:anchor + 1], g[:anchor + 1])  # step 0's KV for positions 0..anchor
-        fed = prenorm0[anchor:anchor + 1]
-        for k in range(1, n):
-            row, fed = graph.decode(anchor + k, ids[anchor + k:anchor + k + 1], fed)
-            later[k - 1].append(row[0])
-    return later

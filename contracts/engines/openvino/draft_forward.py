@@ -19,7 +19,7 @@ from contracts.engines.errors import EngineBuildError
 from contracts.engines.openvino.export import export, export_target, ir_constants
 from contracts.engines.openvino.ir_run import D2T, EMBED, DraftIR
 from contracts.engines.openvino.version import engine
-from contracts.engines.reference import COMPUTE_DTYPE, Replay
+from contracts.engines.reference import COMPUTE_DTYPE, Replay, chain_steps
 from contracts.observations import ForwardObservation
 
 CHAIN_LOOP = "OpenVINO GenAI's Eagle3 draft loop (continuous batching, Eagle3DecodingImpl)"
@@ -52,27 +52,12 @@ def observe_forward(engine_dir, target_dir, reference_path, runner=None) -> Forw
     if chain:
         obs.reference_chain = chain
         obs.chain_loop = CHAIN_LOOP
-        obs.engine_chain = [[row.tolist() for row in step] for step in _later_steps(draft, ids, g, prenorm,
-                                                                                      len(chain) + 1)]
+        later = chain_steps(draft.reset, lambda position, i, h: draft.step(i, h, start=position), ids, g, prenorm,
+                            len(chain) + 1)
+        obs.engine_chain = [[row.tolist() for row in step] for step in later]
         obs.chain_path = (f"the draft IR stepped as GenAI's Eagle3 loop steps it: one token per step at the next "
                           f"position with the previous step's pre-norm state, over the KV cache of positions "
                           f"0..anchor and the chain so far ({draft.kv_cache_precision}, the runtime's default); "
                           f"ground-truth tokens in place of sampled ones")
     return replay.compare(torch.from_numpy(logits).float(), "float32", half_attention=bool(chain) and draft.half_kv_cache)
 
-
-def _later_steps(draft: DraftIR, ids, g, prenorm0, steps: int) -> list:
-    """[step k - 1][anchor] -> the draft's logits row of step k of the chain anchored there."""
-    t = len(ids)
-    later: list[list] = [[] for _ in range(steps - 1)]
-    for anchor in range(t):
-        n = min(steps, t - anchor)
-        if n < 2:
-            continue
-        draft.reset()
-        draft.step(ids[:anchor + 1], g[:anchor + 1])  # step 0's KV for positions 0..anchor
-        fed = prenorm0[anchor:anchor + 1]
-        for k in range(1, n):
-            row, fed = draft.step(ids[anchor + k:anchor + k + 1], fed, start=anchor + k)
-            later[k - 1].append(row[0])
-    return later
