@@ -144,14 +144,22 @@ class Observed:
     why: str | None = None
 
 
-def observe(src, cfg, target, engine, trainer, into: Path, facts: dict, renames: dict | None = None) -> Observed:
-    """One staged copy of SRC under CFG (weights linked, RENAMES applied), asked by one subject: every observation
-    `convert` needs of it comes from the same engine load."""
+def observe(src, cfg, target, engine, trainer, into: Path, facts: dict, renames: dict | None = None,
+            ids: list[int] | None = None) -> Observed:
+    """One staged copy of SRC under CFG (weights linked, RENAMES applied; IDS written where the engine reads them
+    when that is not config.json: ``serve_beside``), asked by one subject: every observation `convert` needs of it
+    comes from the same engine load."""
     from contracts.engines.errors import EngineBuildError, ReplayError
     from contracts.refusals import EngineRefused, TargetRefused
 
-    subject = _subject(src, target, engine, trainer, write_copy(src, cfg, into, link=True, renames=renames), **facts)
+    staged = write_copy(src, cfg, into, link=True, renames=renames)
     observed = Observed()
+    if ids is not None:
+        refused = serve_beside(staged, engine, ids)
+        if refused:
+            observed.why = f"the engine's capture could not be observed: {refused}"
+            return observed
+    subject = _subject(src, target, engine, trainer, staged, **facts)
     try:
         observed.path = subject.path
         observed.load = subject.load
@@ -167,56 +175,82 @@ def observe(src, cfg, target, engine, trainer, into: Path, facts: dict, renames:
     return observed
 
 
+def serve_beside(dst: Path, engine: EngineSpec, ids: list[int] | None) -> str | None:
+    """Run the engine's ``convert_job`` on DST (what it serves, written beside the copy, with IDS where it reads
+    them) in the release's environment; the engine's refusal in its words, else None."""
+    from contracts.engines.remote import run_module
+    from contracts.environments.engines import environment_for
+    from contracts.accept import last_error
+
+    job = profile(engine.name).convert_job
+    assert job is not None, f"{engine.name} writes nothing beside a copy"
+    done = run_module(environment_for(engine.release()), job, str(dst), json.dumps(ids))
+    if done.returncode != 0:  # outside the engine's own calls: a defect of this suite, never a verdict
+        raise RuntimeError(f"{profile(engine.name).label}'s convert job failed: {last_error(done.stderr)}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result.get("refused")
+
+
 def _on(observed: Observed) -> str:
     p = observed.path
     return f" on {p.label}" if p is not None and p.kind == "runner" else ""
 
 
-def align_aux_ids(cfg: dict, firsts: list[Observed], reobserve) -> tuple[dict, list[str], list[str]]:
+def align_aux_ids(cfg: dict, firsts: list[Observed], reobserve,
+                  in_config: bool = True) -> tuple[dict, list[str], list[str], list[int] | None]:
     """CFG with the aux ids that make the engine capture the layers the trainer trained on, on every path in FIRSTS
     (the observations of CFG: the default path first, then the release's others): kept when every path already does
-    (a draft on its trainer's engine, or default ids), else the ids the engine's own hook reports for those layers,
-    written where every path reads them and confirmed by ``reobserve(new config)`` (one observation per path).
-    Returns (config, notes, reasons it could not be aligned)."""
-    observed_all = firsts
+    (a draft on its trainer's engine, or default ids), else the ids the engine's own hook reports for those layers
+    (also where it refused to capture for want of ids it then takes), written where every path reads them and
+    confirmed by ``reobserve(new config, ids)`` (one observation per path). IN_CONFIG false: the engine reads ids
+    from what its ``convert_job`` writes beside the copy, not from config.json (which is then left as it is).
+    Returns (config, notes, reasons it could not be aligned, the ids written outside config.json)."""
+    observed_all, outside = firsts, None
     for attempt in (0, 1):
         missing = next((o for o in observed_all if o.aux is None or o.trained is None), None)
         if missing is not None:
-            return cfg, [], [f"aux layer ids not aligned{_on(missing)}: {missing.why}"]
+            return cfg, [], [f"aux layer ids not aligned{_on(missing)}: {missing.why}"], None
         captures = [(o, o.aux) for o in observed_all if o.aux is not None]
         trained = observed_all[0].trained or {}
         wanted = list(trained["hf_hidden_states"])
         trained_on = f"{trained['name']} trained on hidden_states {wanted} (its ids {trained['ids']})"
-        misaligned: list[tuple[str, AuxCaptureObservation, list[int]]] = []
+        misaligned: list[tuple[str, AuxCaptureObservation, list[int] | None]] = []
         ids_for, key = None, None
         for o, aux in captures:
             label = f"{aux.engine['name']} {aux.engine['version']}{_on(o)}"
             captured = aux.hf_indices or aux.layers_to_capture
-            if aux.configure_error or captured is None:
+            if (aux.configure_error or captured is None) and not (aux.configure_error and aux.ids_for_trainer_layers):
                 reason = aux.configure_error or aux.evidence_reason or "its capture could not be observed"
                 return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class or aux.target_architecture} "
-                                 f"cannot be asked which layers it captures ({reason})"]
-            if list(captured) != wanted:
+                                 f"cannot be asked which layers it captures ({reason})"], None
+            if aux.configure_error or captured is None:  # refused for want of ids it then takes (observed)
+                misaligned.append((label, aux, None))
+            elif list(captured) != wanted:
                 misaligned.append((label, aux, list(captured)))
             ids_for = ids_for or aux.ids_for_trainer_layers
             key = key or aux.ids_key
         key = key or SGLANG_IDS_KEY
         labels = ", ".join(f"{aux.engine['name']} {aux.engine['version']}{_on(o)}" for o, aux in captures)
         if not misaligned:
-            written = ids_read(cfg, key)
+            written = ids_read(cfg, key) if in_config else outside
             s, readers = ("s", "it reads") if len(observed_all) == 1 else ("", "both runners read")
             note = (f"aux layer ids: wrote {written} ({labels} then capture{s} hidden_states {wanted}; {trained_on}; "
                     f"at {key}, where {readers} them)" if attempt else
                     f"aux layer ids kept as {written if written is not None else 'the default'}: {labels} with "
                     f"{captures[0][1].target_class} capture{s} hidden_states {wanted}; {trained_on}")
-            return cfg, [note], []
+            return cfg, [note], [], outside
         if attempt or ids_for is None:
-            return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class} captures hidden_states "
-                             f"{captured}, and no ids make it capture {wanted} ({trained_on}"
+            return cfg, [], [f"aux layer ids not aligned: {label} with {aux.target_class} "
+                             + (f"captures hidden_states {captured}" if captured is not None else
+                                f"refuses without ids ({aux.configure_error})")
+                             + f", and no ids make it capture {wanted} ({trained_on}"
                              + (f"; observed: {aux.ids_unreachable})" if aux.ids_unreachable else ")")
-                             for label, aux, captured in misaligned]
-        cfg = with_ids(cfg, key, ids_for)
-        observed_all = reobserve(cfg)
+                             for label, aux, captured in misaligned], None
+        if in_config:
+            cfg = with_ids(cfg, key, ids_for)
+        else:
+            outside = list(ids_for)
+        observed_all = reobserve(cfg, outside)
     raise AssertionError("unreachable: the second observation always returns")
 
 
@@ -255,8 +289,9 @@ def engine_layer_count(cfg: dict, load) -> tuple[dict, list[str]]:
         return cfg, []
     label = f"{load.engine['name']} {load.engine['version']}"
     note = (f"num_hidden_layers: {cfg.get('num_hidden_layers')} -> {fix['num_hidden_layers']} (the decoder layers the "
-            f"checkpoint holds): {label} builds the config's count and would serve the others on random weights; "
-            f"rebuilt under it, it loads every tensor and writes every parameter (its own load)")
+            f"checkpoint holds): {label}'s own build asks for it (observed under both counts: under the config's, it "
+            f"serves layers the checkpoint lacks on random weights or refuses the draft; under this one, it loads "
+            f"every tensor and serves it)")
     return {**cfg, **fix}, [note]
 
 
@@ -309,6 +344,8 @@ def convert(src, dst, *, engine: EngineSpec, target=None, trainer: str | None = 
     if skipped:
         conversion.notes.append(f"not copied: {', '.join(skipped)}")
     renames: dict[str, str] = {}
+    job = None if verbatim else profile(to).convert_job
+    outside_ids: list[int] | None = None
     scratch = Path(tempfile.mkdtemp(prefix="eagle3-contracts-convert-"))
     try:  # the load and the capture under the base config come from one observation per path
         first = observe(src, cfg, target_path, engine, trainer, scratch / "base", facts)
@@ -322,9 +359,13 @@ def convert(src, dst, *, engine: EngineSpec, target=None, trainer: str | None = 
                 conversion.not_faithful += reasons
                 cfg, notes = engine_layer_count(cfg, first.load)
                 conversion.notes += notes
+                if job is not None and (renames or notes):  # what it writes beside the copy depends on both
+                    firsts = [observe(src, cfg, target_path, e, trainer, scratch / f"fixed-{i}", facts, renames)
+                              for i, e in enumerate(engines)]
             counter = iter(range(1000))
-            cfg, notes, reasons = align_aux_ids(cfg, firsts, lambda c: [observe(
-                src, c, target_path, e, trainer, scratch / f"ids-{next(counter)}", facts, renames) for e in engines])
+            cfg, notes, reasons, outside_ids = align_aux_ids(cfg, firsts, lambda c, ids: [observe(
+                src, c, target_path, e, trainer, scratch / f"ids-{next(counter)}", facts, renames, ids)
+                for e in engines], in_config=job is None)
             conversion.notes += notes
             conversion.not_faithful += reasons
     finally:
@@ -336,6 +377,13 @@ def convert(src, dst, *, engine: EngineSpec, target=None, trainer: str | None = 
     conversion.config = cfg
     conversion.renames = renames
     write_copy(src, cfg, dst, link=link, renames=renames)
+    if job is not None:
+        refused = serve_beside(dst, engine, outside_ids)
+        if refused:
+            conversion.not_faithful.append(f"{profile(to).label} refused the copy: {refused}")
+        else:
+            conversion.notes.append(f"wrote {profile(to).label}'s own form of the copy beside it ({job})"
+                                    + (f", with aux layer ids {outside_ids} where it reads them" if outside_ids else ""))
     for i, spec in enumerate(engines):
         rep = report(_subject(src, target_path, spec, trainer, dst, **facts))
         causes = [r for r in rep["results"] if r["status"] == "fail" and r.get("root_cause", True)]

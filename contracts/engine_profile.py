@@ -69,6 +69,10 @@ class EngineProfile:
     serving_loop: ServingLoopProfile | None = None
     no_serving_loop: str = ""  # why accept cannot run its loop on a CPU (with serving_loop None)
     convert_writes: bool = False  # `convert` writes a copy this engine loads as it is (else: its own converter)
+    # a module run in the release's environment on convert's copy (``python -m JOB DST IDS_JSON``) that writes beside
+    # it what the engine serves, with the aux layer ids where the engine reads them (OpenVINO GenAI: its exporter's
+    # IR, the ids in its rt_info); None: the ids go into config.json
+    convert_job: str | None = None
     # it cannot dispatch speculators' nested config: it is judged on (and `convert` writes) the flat form a user
     # writes by hand (contracts.hand_conversion)
     flat_config_only: bool = False

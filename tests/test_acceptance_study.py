@@ -120,3 +120,19 @@ def test_the_loop_beside_is_compared_collapse_for_collapse_and_each_parting_name
     other = beside_agreement([*rows, unmeasured], "openvino==Y", "vllm==Z")  # each engine beside on its own
     assert (other["variants"], other["same"]) == (5, 3)
     assert other["parted"][0] == "d / aux ids one layer off: openvino==Y collapses, vllm==Z holds"
+
+
+def test_a_draft_the_loop_beside_already_serves_collapsed_is_not_compared():
+    """OpenVINO GenAI serves Model Optimizer's pristine converged draft on a random layer (1.13): none of its
+    variants can collapse further, so none is counted as 'holds'."""
+    from contracts.tables.acceptance_study import beside_agreement
+
+    def row(brk, ours, theirs):
+        r = _row(brk, ours, [])
+        r["beside"] = {"openvino==Y": {"mean_acceptance_length": theirs}}
+        return r
+
+    result = beside_agreement([row("pristine", 3.69, 1.13), row("d2t zeroed", 1.0, 1.0), row("head replaced", 1.02, 1.0)],
+                              "openvino==Y", "vllm==Z")
+    assert (result["variants"], result["parted"]) == (0, [])
+    assert result["not_compared"] == ["d: openvino==Y's loop serves the pristine draft at 1.13 (vllm==Z: 3.69)"]

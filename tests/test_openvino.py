@@ -170,3 +170,34 @@ def test_a_later_step_the_ir_does_not_compute_is_named(tmp_path):
     assert result.status == "fail", result
     assert "step 0 agrees" in result.summary and "draft step 1 diverges" in result.summary
     assert "OpenVINO GenAI's Eagle3 draft loop" in result.summary
+
+
+def test_convert_writes_the_copy_and_the_ir_genai_serves_as_trained(tmp_path, capsys):
+    """NeMo Automodel's vLLM export on OpenVINO GenAI: its layer under `layers.0.*` is dropped by the exporter, its
+    config counts the target's 8 layers (GenAI refuses the pair of that IR: `beam_idx` undeclared), and GenAI needs
+    the layer ids in the draft IR's rt_info. `convert --to openvino` renames the layer as the exporter's own load asks,
+    sets the layer count its pair build asks for, and writes the exporter's IR beside the copy with the trainer's
+    ids in its rt_info; the contracts on the copy pass."""
+    import json
+    import re
+
+    from safetensors import safe_open
+
+    from contracts.cli import main
+    from tests.conftest import FIXTURES, tree_digest
+
+    src, dst = FIXTURES / "drafts" / "automodel-vllm-hd32", tmp_path / "out"
+    before = tree_digest(src)
+    code = main(["convert", str(src), str(dst), "--to", "openvino", "--trainer", "automodel", "--format", "json",
+                 "--target", str(FIXTURES / "targets" / "llama-tiny-hd32")])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, doc
+    assert tree_digest(src) == before
+    assert json.loads((dst / "config.json").read_text())["num_hidden_layers"] == 1
+    with safe_open(str(next(dst.glob("*.safetensors"))), framework="pt") as f:
+        names = set(f.keys())
+    assert "midlayer.self_attn.q_proj.weight" in names and not any(n.startswith("layers.0.") for n in names)
+    ir = (dst / "openvino_model.xml").read_text()
+    assert re.search(r'<hidden_layers_list value="1 3 4"', ir), "the trainer's ids in the IR's rt_info"
+    assert {r["contract"]: r["status"] for r in doc["results"]}["hidden-width"] == "pass"
+    assert all(r["status"] != "fail" for r in doc["results"]), doc["results"]

@@ -180,7 +180,9 @@ def check_key_naming(subject: SubjectView) -> Result:
         names = [p.name for p in unwritten]
         problems.append(f"{len(names)} engine parameter(s) never written (they would serve random values): "
                         f"{collapse_layers(names)}")
-    if unwritten and obs.config_fix:  # one setting explains them all: that is the fix, not a tensor list
+    renamed_into = {r for p in obs.probes if p.candidate for r in p.reached}
+    if unwritten and obs.config_fix and not renamed_into & {p.name for p in unwritten}:
+        # one setting explains them all: that is the fix, not a tensor list (not where renames write them)
         fixes.append(_setting_fix(subject, obs, unwritten))
     elif unwritten:
         swapped = _read_instead(unwritten, loaded_unread)

@@ -286,7 +286,8 @@ def agreement(rows: list[dict]) -> dict:
 
 def beside_agreement(rows: list[dict], other: str, engine: str = "the first engine") -> dict:
     """Where OTHER's loop collapses (more than DROP below its own pristine draft, or refused) on the same variants as
-    ENGINE's, and each variant where the two part."""
+    ENGINE's, and each variant where the two part. A draft whose pristine copy OTHER's loop already serves more than
+    DROP below ENGINE's (a break of OTHER's own, which its verdicts name) is not compared: nothing is left to drop."""
     def measured(row, theirs):
         return row["beside"][other] if theirs else row["acceptance"]
 
@@ -295,12 +296,18 @@ def beside_agreement(rows: list[dict], other: str, engine: str = "the first engi
         return length is None or length < measured(base, theirs)["mean_acceptance_length"] - DROP
 
     pristine = {r["draft"]: r for r in rows if r["break"] == "pristine"}
-    out: dict = {"variants": 0, "same": 0, "parted": []}
+    out: dict = {"variants": 0, "same": 0, "parted": [], "not_compared": []}
     for r in rows:
         base = pristine.get(r["draft"])
         if r["break"] == "pristine" or base is None or any(
                 measured(base, t).get("error") or measured(base, t).get("mean_acceptance_length") is None or
                 measured(r, t).get("error") for t in (False, True)):
+            continue
+        ours, theirs = (measured(base, t)["mean_acceptance_length"] for t in (False, True))
+        if theirs < ours - DROP:
+            note = f"{r['draft']}: {other}'s loop serves the pristine draft at {theirs:.2f} ({engine}: {ours:.2f})"
+            if note not in out["not_compared"]:
+                out["not_compared"].append(note)
             continue
         out["variants"] += 1
         ours, theirs = collapsed(r, base, False), collapsed(r, base, True)
@@ -378,6 +385,7 @@ def render_markdown(doc: dict) -> str:
         lines += ["", f"{other}'s loop collapses (more than {doc['drop']} below its own pristine draft, or refused) "
                   f"on the same variants as {doc['engine']}'s in {b['same']} of {b['variants']}."]
         lines += [f"- parted: {p}" for p in b["parted"]]
+        lines += [f"- not compared: {n}, already collapsed" for n in b.get("not_compared", [])]
     return "\n".join(lines) + "\n"
 
 

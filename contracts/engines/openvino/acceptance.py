@@ -5,7 +5,8 @@ counters (``extended_perf_metrics``: draft tokens and accepted tokens per ``gene
 
 The exporter writes no target layer ids, and GenAI refuses a target under 10 layers without them; the loop is run on
 the draft IR with the ids its trainer trained on written into its rt_info (``hidden_layers_list``, GenAI's id k being
-the output of target layer k), as ``convert --engine openvino`` writes it. Whether the draft as exported serves
+the output of target layer k), as ``convert --to openvino`` writes it; a folder holding its own IR (what convert
+writes) is served with the ids that IR names. Whether the draft as exported serves
 without them is ``check``'s verdict (hidden-width). Prompts are token ids (``contracts.engines.serving_prompts``): a
 target folder without a tokenizer gets an empty one from the exporter. A round drafts ``num_assistant_tokens``.
 
@@ -30,7 +31,7 @@ def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int 
     import openvino_genai as ov_genai
 
     from contracts.engines.openvino.export import export, export_target
-    from contracts.engines.openvino.pipeline import build, trained_ids
+    from contracts.engines.openvino.pipeline import build, served_layers, trained_ids
 
     start = time.perf_counter()
     try:
@@ -38,7 +39,9 @@ def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int 
         draft = export(draft_dir)
     except EngineBuildError as e:
         return {"refused": str(e)}
-    layers, layers_from = trained_ids(draft_dir, target_dir)
+    layers = served_layers(draft_dir)  # a folder holding its own IR is served with the ids it names
+    layers, layers_from = (layers, "the draft folder's own IR (rt_info)") if layers is not None else \
+        trained_ids(draft_dir, target_dir)
     exported = time.perf_counter()
     pair = build(target_ir, draft.ir, layers)
     if pair.pipeline is None:

@@ -7,7 +7,9 @@ in ``eagle3_model_transforms.cpp``). Id k taps the residual add that closes targ
 the Add fed by the MLP's down projection): transformers' ``hidden_states[k + 1]``. The pair is built here as a
 deployment builds it (both IRs from the exporter, ``draft_model`` and ``LLMPipeline``): a refusal is GenAI's own; which
 ids a built pair uses is its rule, quoted, since GenAI exposes no call that says (evidence "static"). The ids that feed
-the trainer's layers are observed: the pair built again with them written into the draft IR's rt_info.
+the trainer's layers are observed: the pair built again with them written into the draft IR's rt_info. A draft folder
+that holds its own IR (``openvino_model.xml``, as ``convert --to openvino`` writes it) is served with the ids that IR's
+rt_info names: GenAI's ``draft_model`` reads them from the folder it is given.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from contracts.checkpoint import text_config
 from contracts.engines.openvino.export import export, export_target
-from contracts.engines.openvino.pipeline import LAYERS_KEY, build
+from contracts.engines.openvino.pipeline import LAYERS_KEY, build, served_layers
 from contracts.engines.openvino.version import engine
 from contracts.observations import AuxCaptureObservation
 
@@ -33,13 +35,10 @@ def default_layers(n: int) -> list[int]:
 
 
 def observe_aux_capture(engine_dir, target_dir, trainer_hf_indices=None, runner=None) -> AuxCaptureObservation:
-    import openvino as ov
-
     target = text_config(json.loads((Path(target_dir) / "config.json").read_text()))
     n_layers, hidden = int(target["num_hidden_layers"]), int(target["hidden_size"])
     made = export(engine_dir)
-    rt_info = ov.Core().read_model(str(made.ir / "openvino_model.xml")).get_rt_info()
-    written = str(rt_info[LAYERS_KEY]).split() if rt_info.__contains__(LAYERS_KEY) else None
+    written = served_layers(engine_dir, made.ir)
     fc = made.params.get("model.fc.weight")
     obs = AuxCaptureObservation(
         engine=engine(), target_architecture=(target.get("architectures") or ["?"])[0], num_target_layers=n_layers,
@@ -48,11 +47,11 @@ def observe_aux_capture(engine_dir, target_dir, trainer_hf_indices=None, runner=
                          "rule (the draft IR's hidden_layers_list, else {2, N/2, N-3}), which no call exposes"),
         use_aux_hidden_state=True, ids_key=IDS_KEY, wiring=WIRING, fc_in_features=fc[1] if fc else None,
         hf_indices_from="GenAI's transform_hidden_state: id k taps the output of target layer k (hidden_states[k + 1])")
-    pair = build(export_target(target_dir), made.ir)
+    pair = build(export_target(target_dir), made.ir, written)
     if pair.pipeline is None:
         obs.configure_error = f"OpenVINO GenAI refused the pair: {pair.refusal}"
     else:
-        ids = [int(i) for i in written] if written is not None else default_layers(n_layers)
+        ids = written if written is not None else default_layers(n_layers)
         obs.layers_to_capture, obs.hf_indices = ids, [i + 1 for i in ids]
         obs.hidden_width = len(ids) * hidden
         obs.aux_layer_ids = ids if written is not None else None

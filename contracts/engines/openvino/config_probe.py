@@ -11,13 +11,11 @@ or another pre-norm state (the one GenAI feeds the next step) on the same seeded
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 from contracts.engines.errors import EngineBuildError
-from contracts.engines.openvino.export import (eagle3_architectures, export, exporter_class, ir_constants,
-                                              saved_architecture)
+from contracts.engines.openvino.export import (config_changed, eagle3_architectures, export, exporter_class,
+                                              ir_constants, saved_architecture)
 from contracts.engines.openvino.ir_run import EMBED, DraftIR
 from contracts.engines.openvino.version import engine
 from contracts.engines.switch_effect import switch_effect
@@ -65,19 +63,11 @@ def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
     embedding = ir_constants(made.ir).get(EMBED)
     base = _outputs(made.ir, ids, hidden, embedding)
     for key, value in candidate_switches.items():
-        with tempfile.TemporaryDirectory(prefix="eagle3-contracts-openvino-flip-") as scratch:
-            flipped_dir = Path(scratch) / engine_dir.name
-            flipped_dir.mkdir()
-            for f in engine_dir.iterdir():
-                if f.is_file() and f.name != "config.json":
-                    (flipped_dir / f.name).symlink_to(f.resolve())
-            (flipped_dir / "config.json").write_text(json.dumps({**config, key: not value}))
+        with config_changed(engine_dir, {key: not value}) as flipped_dir:
             try:
                 flipped = _outputs(export(flipped_dir, keep=False).ir, ids, hidden, embedding)
             except EngineBuildError as e:
                 obs.switches[key] = {"value": value, "honoured": True, "evidence": f"flipping it changes the build: {e}"}
                 continue
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
         obs.switches[key] = switch_effect(value, base, flipped)
     return obs

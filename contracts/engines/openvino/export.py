@@ -23,11 +23,12 @@ import re
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.engines.errors import EngineBuildError
+from contracts.engines.errors import EngineBuildError, TargetBuildError
 
 _CACHE: dict[str, "Exported"] = {}
 _TARGETS: dict[str, Path] = {}
@@ -36,6 +37,7 @@ NEEDS = re.compile(r"requires the following packages that were not found in your
 _ROOT: list[Path] = []
 KEPT_BELOW = 256 * 2**20  # bytes of model files: smaller exports are kept in the environment between runs
 KEPT = "openvino-exports"
+RECORD_FORM = b"3"  # what a kept export records (3: rename probes, seeded draws); a new form exports again
 # the largest target exported whole for GenAI's pair: the exporter loads it in float32 (1 GiB at this bound), traces it
 # and writes the IR, about three times that at its peak. Larger targets are not exported here; the contracts judged
 # on the pair say so (a target reduced to what the pair needs is the next step)
@@ -53,6 +55,8 @@ class Exported:
     mismatched: list[str] = field(default_factory=list)
     params: dict[str, list[int]] = field(default_factory=dict)  # the exporter's draft module's state, name -> shape
     buffers: list[str] = field(default_factory=list)  # of them, the buffers (d2t, t2d): served only as IR constants
+    # for a dropped tensor, the name under which the exporter's own load places it (``RenameProbe`` fields)
+    probes: list[dict] = field(default_factory=list)
 
 
 def scratch_root() -> Path:
@@ -66,7 +70,7 @@ def _key(engine_dir: Path) -> str:
     """What an export depends on: every file of the folder (path, size, modification time) and the config's bytes."""
     files = sorted(f for f in engine_dir.resolve().iterdir() if f.is_file())
     stamp = "\n".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
-    return hashlib.sha256(stamp.encode() + (engine_dir / "config.json").read_bytes()).hexdigest()[:24]
+    return hashlib.sha256(RECORD_FORM + stamp.encode() + (engine_dir / "config.json").read_bytes()).hexdigest()[:24]
 
 
 def settle(made: Path, out: Path) -> Path:
@@ -144,14 +148,20 @@ def export(engine_dir, keep: bool = True) -> Exported:
     classes = exporter_class(architecture)
     if classes is not None:
         config = update_config_for_custom_draft_model(config, *classes)
+    import torch
+
     try:
+        torch.manual_seed(0)  # a parameter no tensor writes is drawn the same way by every export (a flip changes only
+        # what the switch changes)
         model, info = AutoModelForCausalLM.from_pretrained(str(engine_dir), config=config, trust_remote_code=True,
                                                            output_loading_info=True)
         draft_class = type(model).__name__
         params = {name: list(t.shape) for name, t in model.state_dict().items()}
         buffers = sorted(name for name, _ in model.named_buffers())
         del model
+        probes = _rename_probes(engine_dir, config, info) if info.get("unexpected_keys") else []
         made = scratch_for(out)
+        torch.manual_seed(0)
         main_export(model_name_or_path=str(engine_dir), output=str(made), task="text-generation-with-past",
                     trust_remote_code=True, ov_config=OVConfig(dtype="fp32"))
     except ImportError as e:  # a module the exporter's path imports, missing here: the environment's to add
@@ -168,11 +178,61 @@ def export(engine_dir, keep: bool = True) -> Exported:
                         missing=sorted(map(str, info.get("missing_keys", []))),
                         unexpected=sorted(map(str, info.get("unexpected_keys", []))),
                         mismatched=sorted(str(m) for m in info.get("mismatched_keys", [])), params=params,
-                        buffers=buffers)
+                        buffers=buffers, probes=probes)
     (made / record.name).write_text(json.dumps({k: v for k, v in exported.__dict__.items() if k != "ir"}))
     settle(made, out)
     _CACHE[key] = exported
     return exported
+
+
+@contextmanager
+def config_changed(engine_dir: Path, changes: dict):
+    """A copy of ENGINE_DIR (its files linked) whose config.json has CHANGES, for as long as the block runs."""
+    config = json.loads((engine_dir / "config.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="eagle3-contracts-openvino-config-", dir=scratch_root()) as scratch:
+        changed = Path(scratch) / engine_dir.name
+        changed.mkdir()
+        for f in engine_dir.iterdir():
+            if f.is_file() and f.name != "config.json":
+                (changed / f.name).symlink_to(f.resolve())
+        (changed / "config.json").write_text(json.dumps({**config, **changes}))
+        yield changed
+
+
+def _rename_probes(engine_dir: Path, config, info: dict) -> list[dict]:
+    """For each tensor the exporter's load dropped (UNEXPECTED) that has a candidate name (``contracts.renames``)
+    naming a parameter it left unwritten (MISSING): the same load again, on a copy with those tensors renamed (a
+    safetensors header change), keeps each rename under which the tensor is no longer dropped and the parameter is
+    written. The exporter decides; a candidate is only a question put to it."""
+    from transformers import AutoModelForCausalLM
+
+    from contracts.checkpoint import Checkpoint
+    from contracts.hand_conversion import write_copy
+    from contracts.renames import candidate_names
+
+    ckpt = Checkpoint.open(engine_dir)
+    missing = set(map(str, info.get("missing_keys", [])))
+    renames: dict[str, str] = {}
+    reached: dict[str, str] = {}
+    for key in map(str, info.get("unexpected_keys", [])):
+        if key not in ckpt.tensors or not ckpt.tensors[key].file.endswith(".safetensors"):
+            continue
+        for candidate in candidate_names(key):
+            param = next((p for p in (candidate, f"model.{candidate}") if p in missing and p not in reached.values()),
+                         None)
+            if param is not None and candidate not in ckpt.tensors:
+                renames[key], reached[key] = candidate, param
+                break
+    if not renames:
+        return []
+    with tempfile.TemporaryDirectory(prefix="eagle3-contracts-openvino-probe-", dir=scratch_root()) as tmp:
+        staged = write_copy(engine_dir, json.loads((engine_dir / "config.json").read_text()),
+                            Path(tmp) / engine_dir.name, link=True, renames=renames)
+        _, again = AutoModelForCausalLM.from_pretrained(str(staged), config=config, trust_remote_code=True,
+                                                        output_loading_info=True)
+    dropped, unwritten = set(map(str, again.get("unexpected_keys", []))), set(map(str, again.get("missing_keys", [])))
+    return [{"key": k, "candidate": c, "config_change": None, "reached": [reached[k]]} for k, c in renames.items()
+            if c not in dropped and reached[k] not in unwritten]
 
 
 def _mismatched(engine_dir: Path, config, error: Exception) -> str:
@@ -211,7 +271,7 @@ def export_target(target_dir) -> Path:
         main_export(model_name_or_path=str(target_dir), output=str(made), task="text-generation-with-past",
                     trust_remote_code=True, ov_config=OVConfig(dtype="fp32"))
     except Exception as e:  # noqa: BLE001  (the exporter stopped on the target: its words)
-        raise EngineBuildError(f"optimum-intel's exporter refused the target: {type(e).__name__}: {e}") from None
+        raise TargetBuildError(f"optimum-intel's exporter refused the target: {type(e).__name__}: {e}") from None
     _TARGETS[key] = settle(made, out)
     return out
 

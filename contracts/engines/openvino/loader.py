@@ -16,7 +16,7 @@ from pathlib import Path
 from contracts.checkpoint import Checkpoint
 from contracts.engines.openvino.export import export, ir_constants
 from contracts.engines.openvino.version import engine
-from contracts.observations import LoadCall, LoadObservation, ParamState, TensorFate
+from contracts.observations import LoadCall, LoadObservation, ParamState, RenameProbe, TensorFate
 
 IR_PREFIX = "self."  # the IR names a parameter's constant after the module path it was traced from
 EMBED = "model.embed_tokens.weight"
@@ -68,8 +68,44 @@ def observe_load(engine_dir, target_dir=None, runner=None) -> LoadObservation:
               if name not in made.buffers or IR_PREFIX + name in served]
     d2t = served.get(IR_PREFIX + D2T)
     hot = None if d2t is None else [int(i + off) for i, off in enumerate(d2t.reshape(-1).tolist())]
-    return LoadObservation(engine=engine(), draft_class=made.draft_class, config=made.config, model_dtype="float32",
+    config_fix = _layer_count_fix(engine_dir, made, target_dir)
+    return LoadObservation(config_fix=config_fix,engine=engine(), draft_class=made.draft_class, config=made.config, model_dtype="float32",
                            tensors=tensors, params=params, hot_token_id=hot,
+                           probes=[RenameProbe(**p) for p in made.probes],
                            hot_token_id_dtype=None if d2t is None else str(d2t.dtype),
                            is_eagle3_draft=made.architecture is not None and made.draft_class.endswith("Eagle3ForCausalLM"),
                            reads_not_observed="the IR's forward is not run here yet")
+
+
+def _layer_count_fix(engine_dir: Path, made, target_dir) -> dict | None:
+    """``num_hidden_layers: 1`` where GenAI's own pair build asks for it: the exporter builds one ``midlayer``
+    whatever the config says, but exports the KV-cache state of every layer the config counts, and GenAI refuses the
+    pair of such an IR (``Model references undeclared parameters: ... beam_idx``, observed on a NeMo Automodel draft
+    whose config copies the target's count). Observed by building the pair on the draft as exported and on it
+    exported under ``num_hidden_layers: 1``, both with the layer ids GenAI needs; None where the first builds, the
+    second does not either, or no target is given."""
+    import json
+
+    from contracts.checkpoint import text_config
+    from contracts.engines.errors import EngineBuildError, ReplayError
+    from contracts.engines.openvino.aux_capture import default_layers
+    from contracts.engines.openvino.export import config_changed, export_target
+    from contracts.engines.openvino.pipeline import build, served_layers, trained_ids
+
+    n = made.config.get("num_hidden_layers")
+    if target_dir is None or not isinstance(n, int) or n <= 1:
+        return None
+    try:
+        target_ir = export_target(target_dir)
+    except (EngineBuildError, ReplayError):  # no pair to build here: not observed
+        return None
+    layers = served_layers(engine_dir, made.ir) or trained_ids(engine_dir, target_dir)[0] or default_layers(
+        int(text_config(json.loads((Path(target_dir) / "config.json").read_text()))["num_hidden_layers"]))
+    if build(target_ir, made.ir, layers).pipeline is not None:
+        return None
+    with config_changed(engine_dir, {"num_hidden_layers": 1}) as one:
+        try:
+            fixed = build(target_ir, export(one, keep=False).ir, layers)
+        except EngineBuildError:
+            return None
+    return {"num_hidden_layers": 1} if fixed.pipeline is not None else None

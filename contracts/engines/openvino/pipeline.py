@@ -97,6 +97,21 @@ def build(target_ir: Path, draft_ir: Path, layers: list[int] | None = None) -> P
     return Pair(pipeline, refusal, log.read_text(errors="replace"), layers)
 
 
+def served_layers(draft_dir, ir: Path | None = None) -> list[int] | None:
+    """The ids GenAI reads from the draft it is given: the rt_info ``hidden_layers_list`` of the folder's own IR
+    (``openvino_model.xml``, as ``convert --to openvino`` writes it), else of IR (the exporter's, which writes none);
+    None: GenAI's default."""
+    import openvino as ov
+
+    own = Path(draft_dir) / "openvino_model.xml"
+    xml = own if own.is_file() else (ir / "openvino_model.xml" if ir is not None else None)
+    if xml is None or not xml.is_file():
+        return None
+    model = ov.Core().read_model(str(xml))
+    return [int(i) for i in model.get_rt_info(LAYERS_KEY).astype(str).split()] if model.has_rt_info(LAYERS_KEY) \
+        else None
+
+
 def trained_ids(draft_dir, target_dir) -> tuple[list[int] | None, str]:
     """The ids GenAI needs to feed the draft the layers its trainer trained on (its id k taps the output of target
     layer k: transformers' ``hidden_states[k + 1]``), and where they came from; None when the trainer is unknown."""

@@ -20,6 +20,12 @@ PROFILE = EngineProfile(
     install=InstallProfile(with_deps=True, remove=("torchvision",), derive="contracts.engines.openvino.recipe:derive"),
     pinned="2026.4.1.0",
     single_path="OpenVINO GenAI is judged on its one speculative path on a CPU",
+    # its exporter cannot read speculators' nested config (transformers: "Unrecognized model"): a speculators draft
+    # is judged on (and convert writes) the flat form a user writes by hand
+    flat_config_only=True,
+    # convert writes the copy and, beside it, the IR its exporter makes of it with the layer ids in its rt_info
+    convert_writes=True,
+    convert_job="contracts.engines.openvino.serve_copy",
     serving_loop=ServingLoopProfile(
         job="contracts.engines.openvino.acceptance",
         path="LLMPipeline with the draft model (continuous batching) on a CPU: the IRs its "

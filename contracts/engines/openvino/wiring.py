@@ -17,7 +17,7 @@ from contracts.checkpoint import text_config
 from contracts.engines.openvino.aux_capture import default_layers
 from contracts.engines.openvino.export import export, export_target, ir_constants
 from contracts.engines.openvino.ir_run import D2T, EMBED
-from contracts.engines.openvino.pipeline import build, trained_ids
+from contracts.engines.openvino.pipeline import build, served_layers, trained_ids
 from contracts.engines.openvino.version import engine
 from contracts.fingerprint import chunk_rows_for, fingerprint
 from contracts.observations_wiring import HeldTensor, WiringObservation
@@ -47,7 +47,7 @@ def observe_embed_head(engine_dir, target_dir, runner=None) -> WiringObservation
     made = export(engine_dir)
     target_ir = export_target(target_dir)
     target = text_config(json.loads((Path(target_dir) / "config.json").read_text()))
-    pair = build(target_ir, made.ir)
+    pair = build(target_ir, made.ir, served_layers(engine_dir, made.ir))
     if pair.pipeline is None:  # refused for want of layer ids: the embedding does not depend on them
         ids = trained_ids(engine_dir, target_dir)[0] or default_layers(int(target["num_hidden_layers"]))
         pair = build(target_ir, made.ir, ids)
