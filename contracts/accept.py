@@ -19,7 +19,6 @@ on the runner measured names the contracts that explain it.
 from __future__ import annotations
 
 import json
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
 from contracts.engine_spec import ENGINE_NAMES, EngineSpec
+from contracts.engines.remote import last_error
 
 # How far vLLM's measured mean acceptance length may sit from the trainer's expectation before it is a verdict. Both
 # decode the same prompts greedily; they differ only by float rounding (vLLM's kernels vs transformers), which flips
@@ -181,13 +181,6 @@ def _check_on_path(draft: Path, target: Path, engine: EngineSpec) -> dict:
             "failed": [r["contract"] for r in rep["results"] if r["status"] == "fail"],
             "warnings": [f"{r['contract']}: {r['summary']}" for r in rep["results"] if r["status"] == "warn"],
             "not_judged": [f"{r['contract']}: {r['summary']}" for r in rep["results"] if r["status"] == "skip"]}
-
-
-def last_error(stderr: str) -> str:
-    """The last exception line a failed job wrote (else its last line), without torch's ``[rankN]:`` prefix."""
-    lines = [re.sub(r"^\[rank\d+\]:\s*", "", line.strip()) for line in stderr.strip().splitlines() if line.strip()]
-    errors = [line for line in lines if line.split(":")[0].endswith(("Error", "Exception"))]
-    return (errors or lines or ["(no output)"])[-1][:400]
 
 
 def render_text(result: dict) -> str:

@@ -5,7 +5,7 @@
     eagle3-contracts check --examples [--engine sglang==X]   (every bundled trainer-built draft)
     eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,vllm==B [--format text|json|markdown]
                             [--all-paths]
-    eagle3-contracts convert --to sglang|vllm SRC DST --target DIR [--engine E==X] [--trainer T] [--verbatim]
+    eagle3-contracts convert --to sglang|vllm|openvino SRC DST --target DIR [--engine E==X] [--trainer T] [--verbatim]
     eagle3-contracts build-tiny --trainer speculators|specforge|modelopt|automodel --out DIR [--target DIR]
                                 (a tiny draft built by the trainer release installed here; `check DIR` judges it)
     eagle3-contracts accept DRAFT --target DIR [--engine vllm==X|llamacpp==X] [--tokens 3] [--prompts N]
@@ -327,7 +327,7 @@ def _run_convert(args) -> int:
     engine = _engine(args.engine) if args.engine else None
     to = args.to or (engine.name if engine else None)
     if to is None:
-        raise UsageError("convert: give --to sglang|vllm (or --engine NAME==VERSION)")
+        raise UsageError(f"convert: give --to {'|'.join(convert_targets())} (or --engine NAME==VERSION)")
     if engine is not None and engine.name != to:
         raise InputError(f"--engine {engine} is not a {to} release (--to {to})")
     c = convert(args.src, args.dst, target=args.target, engine=engine or _engine(to), trainer=args.trainer,

@@ -180,7 +180,7 @@ def serve_beside(dst: Path, engine: EngineSpec, ids: list[int] | None) -> str | 
     them) in the release's environment; the engine's refusal in its words, else None."""
     from contracts.engines.remote import run_module
     from contracts.environments.engines import environment_for
-    from contracts.accept import last_error
+    from contracts.engines.remote import last_error
 
     job = profile(engine.name).convert_job
     assert job is not None, f"{engine.name} writes nothing beside a copy"

@@ -49,6 +49,13 @@ def _package_only() -> tuple[str, dict]:
     return scratch, env
 
 
+def last_error(stderr: str) -> str:
+    """The last exception line a failed job wrote (else its last line), without torch's ``[rankN]:`` prefix."""
+    lines = [re.sub(r"^\[rank\d+\]:\s*", "", line.strip()) for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if line.split(":")[0].endswith(("Error", "Exception"))]
+    return (errors or lines or ["(no output)"])[-1][:400]
+
+
 def run_module(python, module: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGS`` in another release's environment with this package on its path (a one-shot job,
     e.g. vLLM's serving loop, which sets up process-wide state no worker should share)."""

@@ -87,7 +87,7 @@ def build(trainer: str, out: Path) -> dict:
 
 def build_in_subprocess(trainer: str, out: Path, python: str = sys.executable) -> dict:
     """``build`` in a process of its own; a failure raises ``BuildRefused`` with the last error line it printed."""
-    from contracts.accept import last_error
+    from contracts.engines.remote import last_error
     from contracts.trainers.tiny import BuildRefused
 
     if trainer not in BUILDERS:
