@@ -50,8 +50,11 @@ def derive(release: EngineSpec) -> Recipe:
     openvino = paired_openvino(version)
     exporter, admits = exporter_for(openvino)
     recipe = Recipe(release.name, version, always(release.profile), declared=declared)
-    recipe.lines += list(declared.values()) + [f"{EXPORTER}=={exporter}", *REMOTE_CODE_IMPORTS]
+    # GenAI's library links one OpenVINO exactly (2026.3.0.0: libopenvino.so.2630); its tokenizers' ``~=`` admits the
+    # next patch release (2026.3.1), which the resolver takes and GenAI then cannot load
+    recipe.lines += list(declared.values()) + [f"openvino=={openvino}", f"{EXPORTER}=={exporter}", *REMOTE_CODE_IMPORTS]
     recipe.notes.append(f"from openvino-genai=={version}'s Requires-Dist: {', '.join(declared.values()) or '(none)'}; "
+                        f"openvino=={openvino}, the release its library links; "
                         f"its exporter {EXPORTER}=={exporter}, the newest release declaring {admits} (this release "
                         f"pairs with openvino {openvino}), with what its remote-code classes import ({', '.join(REMOTE_CODE_IMPORTS)}); torch {always(release.profile)[0].split('==')[1]}'s CPU wheel")
     return recipe
