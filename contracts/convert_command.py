@@ -178,9 +178,8 @@ def observe(src, cfg, target, engine, trainer, into: Path, facts: dict, renames:
 def serve_beside(dst: Path, engine: EngineSpec, ids: list[int] | None) -> str | None:
     """Run the engine's ``convert_job`` on DST (what it serves, written beside the copy, with IDS where it reads
     them) in the release's environment; the engine's refusal in its words, else None."""
-    from contracts.engines.remote import run_module
+    from contracts.engines.remote import last_error, run_module
     from contracts.environments.engines import environment_for
-    from contracts.engines.remote import last_error
 
     job = profile(engine.name).convert_job
     assert job is not None, f"{engine.name} writes nothing beside a copy"
