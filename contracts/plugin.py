@@ -197,7 +197,9 @@ def _converged_build(trainer: str, out) -> dict:
         record = build_in_subprocess(trainer, out)
     except BuildRefused as e:
         return {"error": str(e)}
-    return {"directory": str(out), "trainer_version": record["trainer_version"]}
+    # a build reused from the cache says which (contracts.trainers.converged_cache: same trainer code and inputs)
+    return {"directory": str(out), "trainer_version": record["trainer_version"],
+            "reused": (record.get("reused") or {}).get("key", "")}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -342,7 +344,8 @@ class AcceptItem(BuildItem):
         from contracts.accept import AcceptUnavailable, ServingRefused
         from contracts.trainers.converged_build import compare_to_twin
 
-        self.user_properties += [("trainer", self.trainer), ("engine", str(self.engine))]
+        self.user_properties += [("trainer", self.trainer), ("engine", str(self.engine)),
+                                 ("build_reused", self.built.get("reused", ""))]
         if "error" in self.built:
             raise BuildFailed(self.built["error"])
         try:

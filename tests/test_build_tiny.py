@@ -3,7 +3,8 @@ metadata, made with uv: ``contracts.environments.trainers``), then judged: the p
 runs. The bundled fixtures were built by the same builders, so a build with the fixture's release is the fixture
 (byte for byte), and its verdicts are the fixture's; another release is judged on its own terms.
 
-The environments and builds are cached under ``EAGLE3_CONTRACTS_ENVS`` (tox: ``.tox/engines``), once per machine.
+The environments and builds are cached under ``EAGLE3_CONTRACTS_ENVS`` (default ``~/.cache/eagle3-contracts/envs``), once
+per machine; a converged build is reused when its trainer code and inputs hash the same (``converged_cache``).
 """
 
 from __future__ import annotations
@@ -230,6 +231,13 @@ def test_accept_trains_to_convergence_in_a_training_repository_and_measures_it_b
     built = tmp_path / "builds" / "speculators-converged" / "draft"
     assert weights_apart(built / "model.safetensors", FIXTURES / "converged" / "speculators" / "model.safetensors") \
         <= 2 ** -5
+    # the same trainer code on the same inputs is not trained again: the build kept by their hash is reused, as kept
+    # (a machine that ran this before reused it above already: the property says which key)
+    from contracts.trainers.converged_build import build_in_subprocess
+
+    again = build_in_subprocess("speculators", tmp_path / "again", python=str(training_repo_python))
+    assert again["reused"]["key"] and again["files"] == record["files"]
+    assert props["build_reused"] in ("", again["reused"]["key"])
 
 
 def test_accept_fails_a_converged_build_the_engine_accepts_less_than_the_bundled_draft(tmp_path):

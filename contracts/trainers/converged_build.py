@@ -11,6 +11,9 @@ over the wrong tokens); acceptance can.
     DIR/reference.safetensors         its own forward on the reference prompt (forward-parity)
     DIR/eagle3-contracts-build.json   trainer, release, the converged target, the ids its vocab mapping selected
 
+A build whose trainer code, environment and inputs were built before on this machine is reused from the cache
+(``contracts.trainers.converged_cache``: keyed by their sha256, verified by the files' sha256) and says so.
+
 Run in a process of its own (the builders fix torch's thread count and SpecForge starts a process group), from the
 repository root (the converged target is named repo-relative in what the trainers save):
 
@@ -31,6 +34,7 @@ from contracts.engine_spec import EngineSpec
 from contracts.trainer_profile import PROFILES
 from contracts.builds import RECORD
 from contracts.trainers.common import REPO_ROOT, sha256_files
+from contracts.trainers import converged_cache
 from contracts.trainers.converged import CONVERGED, TARGET
 
 # trainer -> (its builder module, the function that trains and saves the converged draft)
@@ -67,6 +71,10 @@ def build(trainer: str, out: Path) -> dict:
     _refuse_foreign(out)
     release = trainer_version(trainer)
     _prepare(out)
+    key = converged_cache.build_key(trainer, PROFILES[trainer].distribution, [TARGET.directory])
+    reused = converged_cache.reuse(key, out)
+    if reused is not None:
+        return reused
     build = pkgutil.resolve_name(BUILDERS[trainer])
     kept: dict = {}
 
@@ -82,6 +90,7 @@ def build(trainer: str, out: Path) -> dict:
               "aux_layer_ids": kept.get("aux_layer_ids"), "bundled_twin": f"converged-{trainer}",
               "training": kept.get("training"), "files": kept["files"], "python": sys.version.split()[0]}
     (out / RECORD).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    converged_cache.keep(key, out)
     return record
 
 
@@ -109,7 +118,8 @@ def build_in_subprocess(trainer: str, out: Path, python: str = sys.executable) -
 def main(argv: list[str]) -> int:
     trainer, out = argv
     record = build(trainer, Path(out))
-    print(f"{trainer} {record['trainer_version']}: converged draft in {out}", file=sys.stderr)
+    how = f"reused (same trainer code and inputs: {record['reused']['key']})" if "reused" in record else "trained"
+    print(f"{trainer} {record['trainer_version']}: converged draft in {out}, {how}", file=sys.stderr)
     return 0
 
 
