@@ -128,6 +128,15 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--link", action="store_true", help="symlink the weight files instead of copying them")
     v.add_argument("--copy", action="store_true", help=argparse.SUPPRESS)  # the default since convert deploys
     v.add_argument("--format", choices=FORMATS, default="text", help="format of the verdicts on DST")
+    e = sub.add_parser("envs", help="the cached engine and trainer environments and converged builds, with their "
+                                    "sizes; remove the old ones")
+    e.add_argument("--remove-unused", type=float, metavar="DAYS",
+                   help="remove what no run has needed for DAYS days")
+    e.add_argument("--remove-superseded", action="store_true",
+                   help="remove each environment of a release another environment of it was used after")
+    e.add_argument("--remove", nargs="+", metavar="NAME", help="remove these entries (names as listed)")
+    e.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    e.add_argument("--format", choices=("text", "json"), default="text")
     return p
 
 
@@ -397,6 +406,50 @@ def _run_accept(args) -> int:
     return 1 if result.get("verdict") else 0
 
 
+def _run_envs(args) -> int:
+    """List the environments' cache; with a --remove* option, take those entries out (a running build's is kept)."""
+    import json
+
+    from contracts.environments import cache
+    from contracts.environments.recipes import envs_root
+
+    root = envs_root()
+    found = cache.entries(root)
+    chosen: list = []
+    if args.remove_unused is not None:
+        chosen += cache.unused_for(found, args.remove_unused)
+    if args.remove_superseded:
+        chosen += cache.superseded(found)
+    if args.remove:
+        named = {e.name: e for e in found}
+        unknown = [n for n in args.remove if n not in named]
+        if unknown:
+            raise UsageError(f"not in {root}: {', '.join(unknown)} (eagle3-contracts envs lists what is)")
+        chosen += [named[n] for n in args.remove]
+    chosen = list({e.name: e for e in chosen}.values())
+    removed: list = []
+    kept: dict[str, str] = {}
+    for entry in chosen:
+        why = None if args.dry_run else cache.remove(entry)
+        if why:
+            kept[entry.name] = why
+        else:
+            removed.append(entry)
+    if args.format == "json":
+        print(json.dumps({"root": str(root), "entries": [e.to_json() for e in found],
+                          "removed" if not args.dry_run else "would_remove": [e.name for e in removed],
+                          "kept": kept}, indent=1))
+        return 0
+    if not chosen:
+        print(cache.render(found, root), end="")
+    verb = "would remove" if args.dry_run else "removed"
+    for entry in removed:
+        print(f"{verb} {entry.name} ({(entry.own_bytes) / 2**20:.0f} MB)")
+    for name, why in kept.items():
+        print(f"kept {name}: {why}")
+    return 0
+
+
 def main(argv=None) -> int:
     from contracts.engines import close_all
     from contracts.environments.engines import EnvironmentBuildError
@@ -405,7 +458,7 @@ def main(argv=None) -> int:
     try:
         args = _parser().parse_args(argv)
         return {"check": _run_check, "matrix": _run_matrix, "convert": _run_convert,
-                "build-tiny": _run_build_tiny, "accept": _run_accept}[args.command](args)
+                "build-tiny": _run_build_tiny, "accept": _run_accept, "envs": _run_envs}[args.command](args)
     except (InputError, UsageError, EnvironmentBuildError, WorkerError) as e:
         print(f"eagle3-contracts: error: {one_line(str(e))}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import contracts
 from contracts.engine_profile import InstallProfile
+from contracts.environments.cache import mark_used
 from contracts.engine_spec import EngineSpec, EngineSpecError
 from contracts.environments.recipes import (TRITON_API_ERROR, Recipe, ReleaseNotFound, derive, envs_root,
                                             gpu_wheel_only, index_versions, paired_triton, release_sdist,
@@ -126,9 +127,9 @@ def environment_for(release: EngineSpec) -> Path:
     python = env / "bin" / "python"
     with open(root / f"{env.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (env / "ready").is_file():
-            return python
-        _build(env, recipe, release)
+        if not (env / "ready").is_file():
+            _build(env, recipe, release)
+    mark_used(env)
     return python
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import contracts
 from contracts.trainer_profile import PROFILES
+from contracts.environments.cache import mark_used
 from contracts.environments.engines import (EnvironmentBuildError, add_setup_seconds, build_started, envs_root,
                                            install_command, progress, release_order, run_step,
                                            uv_binary)
@@ -177,6 +178,7 @@ def environment_for(trainer: str, version: str) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (env / "ready").is_file():
             _build(env, recipe, source, trainer, version)
+    mark_used(env)
     return env / "bin" / "python"
 
 
