@@ -13,11 +13,14 @@ SGLang's serving loop does not run on a CPU
 Beside the measurement stands the trainer's expectation (``contracts.trainers.expectation``, in the trainer
 release's own environment, run while vLLM serves): the same prompts decoded greedily with the draft computed by the
 trainer's own forward and the target in transformers. A gap beyond ``NOISE`` is a verdict (exit 1), and ``check``
-on the runner measured names the contracts that explain it.
+on the runner measured names the contracts that explain it. The expectation is kept (beside the references, keyed by
+the files' content, the prompts, the trainer's environment and the expectation's code): a second accept of the same
+draft does not run the trainer's forward again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -141,7 +144,7 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
 
     checkpoint = Checkpoint.open(draft)
     trainer = checkpoint.trainer_format
-    from contracts.references import trainer_release
+    from contracts.references import kept_answer, trainer_release
 
     release, which = trainer_release(checkpoint, trainer)
     if trainer not in PROFILES or PROFILES[trainer].proposer is None or not release:
@@ -156,11 +159,22 @@ def trainer_expectation(draft: Path, target: Path, options: dict) -> dict:
     vocab = int(text_config(Checkpoint.open(target, require_weights=False, role="target").config).get("vocab_size") or 0)
     job = {"trainer": trainer, "tokens": options["tokens"], "n_prompts": options["n_prompts"],
            "max_tokens": options["max_tokens"], "prompts": fixed_prompts(vocab, options["n_prompts"])}
-    done = run_module(python, "contracts.trainers.expectation", str(draft), str(target), json.dumps(job))
-    if done.returncode != 0:
-        return {"unavailable": f"{trainer} {release} could not run the draft: {last_error(done.stderr)}"}
-    return {"trainer": trainer, "version": release, "version_from": which,
-            **json.loads(done.stdout.strip().splitlines()[-1])}
+    failed: list[str] = []
+
+    def run() -> dict | None:
+        done = run_module(python, "contracts.trainers.expectation", str(draft), str(target), json.dumps(job))
+        if done.returncode != 0:
+            failed.append(last_error(done.stderr))
+            return None
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    # the trainer's forward is deterministic on the same weights, prompts and release: a second accept of the same
+    # draft reuses its answer (keyed like the references: the files' content, the job, the trainer's environment)
+    code = hashlib.sha256((Path(__file__).parent / "trainers" / "expectation.py").read_bytes()).hexdigest()[:12]
+    answer, kept = kept_answer("expectations", [code, trainer, release, str(python), job], draft, target, run)
+    if answer is None:
+        return {"unavailable": f"{trainer} {release} could not run the draft: {failed[-1] if failed else '?'}"}
+    return {"trainer": trainer, "version": release, "version_from": which, "kept": kept, **answer}
 
 
 def _check_on_path(draft: Path, target: Path, engine: EngineSpec) -> dict:
@@ -208,7 +222,8 @@ def render_text(result: dict) -> str:
     if expected.get("mean_acceptance_length") is not None:
         lines.append(f"  the trainer's expectation ({expected['trainer']} {expected['version']}'s own modules, the "
                      f"target in transformers, the same prompts): {expected['mean_acceptance_length']:.2f}; gap "
-                     f"{result['gap']:+.2f} (noise {result['noise']:.2f})")
+                     f"{result['gap']:+.2f} (noise {result['noise']:.2f})"
+                     + ("; kept from an earlier run on the same files" if expected.get("kept") else ""))
     elif expected.get("unavailable"):
         lines.append(f"  the trainer's expectation: none ({expected['unavailable']})")
     if result.get("verdict") == "collapsed":

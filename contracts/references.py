@@ -187,6 +187,25 @@ def _fingerprint(directory: Path) -> list:
     return out
 
 
+def kept_answer(kind: str, parts: list, draft: Path, target: Path, make) -> tuple[dict | None, bool]:
+    """A trainer job's JSON answer for DRAFT beside TARGET, kept in the same cache as the references under the key
+    of KIND, PARTS and both folders' fingerprints: ``make()`` runs only when no answer was kept (``None``: nothing
+    kept, e.g. the job failed). Returns (answer, whether it came from the cache)."""
+    key = hashlib.sha256(json.dumps([kind, parts, _fingerprint(Path(draft).resolve()),
+                                     _fingerprint(Path(target).resolve())]).encode()).hexdigest()[:16]
+    home = _cache_root() / kind
+    home.mkdir(parents=True, exist_ok=True)
+    answer_file = home / f"{key}.json"
+    with open(home / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if answer_file.is_file():
+            return json.loads(answer_file.read_text()), True
+        answer = make()
+        if answer is not None:
+            answer_file.write_text(json.dumps(answer) + "\n")
+        return answer, False
+
+
 def _made(subject, trainer: str, release: str, why: str, synthetic: bool, form: str | None = None) -> Reference:
     """The reference TRAINER RELEASE's job makes on SUBJECT's weights (``form``: staged first in the form that trainer's
     code reads, for a draft whose trainer is unknown), from the cache when it was made before."""
