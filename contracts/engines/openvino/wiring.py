@@ -4,7 +4,8 @@ Contract served: ``embed-head``. The draft IR holds the exporter's module: its o
 checkpoint has none: the load report's MISSING) and ``lm_head``. When GenAI builds the pair, ``share_vocabulary``
 (``eagle3_model_transforms.cpp``) rewires the draft's embedding Gather to a copy of the target's whenever it finds
 both embeddings (by size or by name), whatever the draft holds, and logs "Copying embedding weights from main to draft
-model"; where it finds none it leaves the draft's own. Which one happened is read from that log of a pair built here;
+model" (2026.0.0.0: "Sharing embedding weights between main and draft models"); where it finds none it leaves
+the draft's own. Which one happened is read from that log of a pair built here;
 the values are the IRs' constants (the exporter's float32), fingerprinted the way every adapter fingerprints them.
 """
 
