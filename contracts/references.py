@@ -136,10 +136,14 @@ def _candidates(subject) -> list[Reference]:
 
 
 def _beyond_budget(subject) -> str | None:
-    """Why the trainer's forward cannot be run whole within the memory bound (None: it can)."""
+    """Why the trainer's forward cannot be run whole within the memory bound (None: it can). The draft is sized by
+    the larger of what its checkpoint holds and what a model built from its config allocates (the trainer builds
+    the config's embedding and head whatever the checkpoint holds: ``vocab_size: 2000000`` in a tiny draft's config
+    had SpecForge's forward hold 1.2 GB)."""
     from contracts.engines.scaling import estimated_elements
+    from contracts.engines.tracing import checkpoint_elements, configured_elements
 
-    draft = sum(info.numel for info in subject.checkpoint.tensors.values())
+    draft = max(checkpoint_elements(subject.checkpoint), configured_elements(subject.checkpoint))
     target = estimated_elements(subject.target.config)
     for what, n in (("draft", draft), ("target", target)):
         if n > BUDGET_ELEMENTS:

@@ -148,3 +148,20 @@ def test_a_draft_whose_trainer_is_unknown_is_compared_with_each_known_trainers_f
                  "speculators", "--format", "json"])
     (parity,) = json.loads(capsys.readouterr().out)["results"]
     assert code == 0 and parity["status"] == "pass" and "made on the spot" in parity["evidence"]["reference"]
+
+
+def test_a_config_asking_for_a_huge_vocabulary_is_not_run_through_the_trainers_forward(outside, tmp_path, capsys):
+    """`vocab_size: 2000000` in a tiny draft's config: the trainer builds the config's embedding whatever the
+    checkpoint holds (SpecForge's forward held 1.2 GB), so the reference is sized by what the config builds and not
+    made; forward-parity says why instead."""
+    draft = shutil.copytree(outside / "my-specforge-eagle31-hd32", tmp_path / "huge-vocab")
+    config = json.loads((draft / "config.json").read_text())
+    config["vocab_size"] = 2_000_000
+    (draft / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "report.json"
+    main(["check", str(draft), "--target", str(outside / "target"), "--only", "forward-parity", "--format", "json",
+          "--output", str(out)])
+    parity = json.loads(out.read_text())["results"][0]
+    assert parity["status"] == "skip", parity
+    assert "would hold the draft's 128 M parameters" in parity["summary"] and "memory bound" in parity["summary"]
+    assert "making" not in capsys.readouterr().err  # no trainer job was started
