@@ -72,7 +72,7 @@ def build(trainer: str, out: Path) -> dict:
     release = trainer_version(trainer)
     _prepare(out)
     key = converged_cache.build_key(trainer, PROFILES[trainer].distribution, [TARGET.directory])
-    reused = converged_cache.reuse(key, out)
+    reused = converged_cache.reuse(key, out, here={"target": str(TARGET.directory)})
     if reused is not None:
         return reused
     build = pkgutil.resolve_name(BUILDERS[trainer])

@@ -90,8 +90,10 @@ def build_key(trainer: str, distribution: str, inputs: list[Path]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def reuse(key: str, out: Path) -> dict | None:
-    """The kept build under KEY copied into OUT (its record says so), when every file it lists is as recorded."""
+def reuse(key: str, out: Path, here: dict | None = None) -> dict | None:
+    """The kept build under KEY copied into OUT (its record says so), when every file it lists is as recorded; HERE:
+    the record's fields that name this checkout's paths (the converged target the build was judged beside), which a
+    build kept by another clone names in its own."""
     if os.environ.get("EAGLE3_CONTRACTS_RETRAIN") == "1":
         return None
     kept = cache_root() / key
@@ -105,7 +107,7 @@ def reuse(key: str, out: Path) -> dict | None:
         source = kept / name
         (shutil.copytree if source.is_dir() else shutil.copy2)(source, out / name)
     os.utime(kept)  # used now (``eagle3-contracts envs`` lists and removes builds by their last use)
-    record["reused"] = {"key": key, "from": str(kept)}
+    record.update(here or {}, reused={"key": key, "from": str(kept)})
     (out / RECORD).write_text(json.dumps(record, indent=1, default=str) + "\n")
     return record
 

@@ -60,8 +60,8 @@ def test_a_kept_build_is_reused_as_kept_and_a_damaged_one_is_not(tmp_path, monke
     converged_cache.keep("k1", tmp_path / "first")
     again = tmp_path / "again"
     again.mkdir()
-    record = converged_cache.reuse("k1", again)
-    assert record["reused"]["key"] == "k1"
+    record = converged_cache.reuse("k1", again, here={"target": "/this/checkout/target"})
+    assert record["reused"]["key"] == "k1" and record["target"] == "/this/checkout/target"
     assert (again / "draft" / "model.safetensors").read_bytes() == b"weights"
     assert json.loads((again / RECORD).read_text())["reused"]["key"] == "k1"
     assert converged_cache.reuse("another-key", tmp_path / "none") is None
