@@ -49,18 +49,24 @@ class Entry:
         return asdict(self)
 
 
-def _sizes(root: Path) -> tuple[int, int]:
-    own = shared = 0
+def _stats(root: Path):
+    """``os.lstat`` of every file under ROOT (one that vanished meanwhile left out)."""
     for folder, _dirs, files in os.walk(root):
         for name in files:
             try:
-                st = os.lstat(os.path.join(folder, name))
+                yield os.lstat(os.path.join(folder, name))
             except OSError:
                 continue
-            if st.st_nlink > 1:
-                shared += st.st_blocks * 512
-            else:
-                own += st.st_blocks * 512
+
+
+def _sizes(root: Path) -> tuple[int, int]:
+    """(own, shared) bytes on disk under ROOT: a file with more than one link is shared."""
+    own = shared = 0
+    for st in _stats(root):
+        if st.st_nlink > 1:
+            shared += st.st_blocks * 512
+        else:
+            own += st.st_blocks * 512
     return own, shared
 
 
@@ -140,15 +146,10 @@ def disk_bytes(root: Path) -> int:
     """What ROOT takes on disk, each file's blocks counted once however many links it has."""
     seen: set[tuple[int, int]] = set()
     total = 0
-    for folder, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
+    for st in _stats(root):
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
     return total
 
 
