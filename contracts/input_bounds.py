@@ -37,7 +37,9 @@ SIZE_LIMITS = {
 # An EAGLE-3 draft has one decoder layer (some trainers allow a few); a draft config asking for more than this is
 # no draft an engine would build in useful time (vLLM builds every configured layer: 3000 took 164 s here).
 MAX_DRAFT_LAYERS = 64
-POSITIVE = ("hidden_size", "vocab_size", "num_attention_heads")
+# a draft vocabulary of 0 rows is no draft (its head proposes nothing): the fuzzing found it ending the config probe
+# in an internal error (the max of an empty logits tensor)
+POSITIVE = ("hidden_size", "vocab_size", "draft_vocab_size", "num_attention_heads")
 
 
 class BoundError(ValueError):

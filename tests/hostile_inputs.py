@@ -191,6 +191,7 @@ def _config_value_cases() -> list[Case]:
             ("vocab_size", 10 ** 7, r"vocab_size is 10000000: this suite's bounds are 1\.\.8388608"),
             ("vocab_size", 0, r"vocab_size is 0"),
             ("draft_vocab_size", 10 ** 9, r"draft_vocab_size is 1000000000"),
+            ("draft_vocab_size", 0, r"draft_vocab_size is 0: this suite's bounds are 1\.\.8388608"),
             ("intermediate_size", 4 * 10 ** 6, r"intermediate_size is 4000000"),
             ("num_attention_heads", 0, r"num_attention_heads is 0"),
             ("num_key_value_heads", 10 ** 6, r"num_key_value_heads is 1000000"),
