@@ -6,7 +6,8 @@ decides the weights moved tells nothing new. The key is a sha256 over everything
   - the trainer and its builder (``contracts/trainers/*.py``: the training loop and the synthetic language),
   - the trainer's own code as installed: its wheel's RECORD (which lists each file's sha256), or, for an editable
     install (a training repository), the bytes of every ``.py`` file in its source tree,
-  - every distribution installed in the interpreter that trains (name and version: torch's kernels, transformers),
+  - every distribution the trainer requires, transitively, as installed in the interpreter that trains (name and
+    version: torch's kernels, transformers; not the test tools beside them),
   - the converged target's files (the synthetic language is the builder's code),
   - the CPU's instruction-set flags (AVX-512 and AVX2 machines train drafts 1.3% apart).
 A change to any of them trains again. A kept build is reused only when every file its record lists still has the
@@ -74,9 +75,37 @@ def _cpu_flags() -> str:
     return platform.machine()
 
 
+def requirement_closure(distribution: str) -> list[str]:
+    """DISTRIBUTION and every distribution it requires, transitively, as installed here (``name==version``, sorted):
+    what the training can import. Test tools installed beside it (Hypothesis publishes several releases a day) are
+    not part of it, so a new one does not retrain the draft."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: dict[str, str] = {}
+    todo = [distribution]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        seen[name] = dist.version
+        for line in dist.requires or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return sorted(f"{name}=={version}" for name, version in seen.items())
+
+
 def build_key(trainer: str, distribution: str, inputs: list[Path]) -> str:
     """The key of a converged build of TRAINER (its package DISTRIBUTION) by this interpreter on INPUTS' files."""
-    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"])
+    installed = requirement_closure(distribution)
     parts = {
         "trainer": trainer,
         "builder": _tree_digest(HERE),
