@@ -220,15 +220,53 @@ def pickle_globals(path: Path) -> list[str]:
 
 def tensor_rows(path: Path, name: str):
     """A lazily sliced view of tensor NAME in one weight file: ``view[a:b]`` reads only those rows, and
-    ``shape`` is its shape (safetensors ``get_slice``; a memory-mapped torch tensor)."""
+    ``shape`` is its shape (safetensors: read from the file, not mapped; a memory-mapped torch tensor)."""
     if Path(path).suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            view = f.get_slice(name)
-            return _Rows(view, tuple(view.get_shape()))
+        with Path(path).open("rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            entry = json.loads(f.read(n))[name]
+        return _FileRows(Path(path), 8 + n + entry["data_offsets"][0], entry["dtype"], tuple(entry["shape"]))
     tensor = read_torch_weights(Path(path))[name]
     return _Rows(tensor, tuple(tensor.shape))
+
+
+@dataclass
+class _FileRows:
+    """Rows of one safetensors tensor read with plain reads: a memory map would leave every page a slice touched
+    counted in the process's resident memory (a column block of a 1 GB embedding touches all of it)."""
+
+    path: Path
+    start: int  # the tensor's first byte in the file
+    dtype: str  # the safetensors tag
+    shape: tuple
+
+    def __getitem__(self, index):
+        if isinstance(index, tuple):  # rows first, then the other dimensions of what was read
+            return self[index[0]][(slice(None),) + tuple(index[1:])] if index else self[:]
+        if not self.shape:
+            return self._read(0, 1).reshape(())
+        if isinstance(index, int):
+            i = index + self.shape[0] if index < 0 else index
+            if not 0 <= i < self.shape[0]:
+                raise IndexError(f"row {index} of {self.shape[0]}")
+            return self._read(i, i + 1)[0]
+        a, b, step = index.indices(self.shape[0])
+        if step < 1:
+            raise IndexError("rows are read forwards")
+        out = self._read(a, max(a, b))
+        return out[::step] if step > 1 else out
+
+    def _read(self, a: int, b: int):
+        import torch
+
+        row = math.prod(self.shape[1:]) if self.shape else 1
+        dtype = getattr(torch, SAFETENSORS_DTYPES[self.dtype])
+        data = bytearray((b - a) * row * DTYPE_BYTES[self.dtype])
+        with self.path.open("rb", buffering=0) as f:
+            f.seek(self.start + a * row * DTYPE_BYTES[self.dtype])
+            f.readinto(data)
+        values = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
+        return values.reshape(b - a, *self.shape[1:]) if self.shape else values
 
 
 @dataclass

@@ -86,7 +86,7 @@ def compare_file_tensors(a: tuple[Path, str], b: tuple[Path, str], as_dtype: str
     shape_b = list(tensor_rows(*b).shape)
     if shape_a != shape_b:
         return {"comparable": False, "shapes": [shape_a, shape_b]}
-    rows = chunk_rows_for(shape_a)
+    rows = max(1, chunk_rows_for(shape_a) // 4)  # five float32 temporaries of a chunk live at once below
     differing, first, max_abs, offset = 0, None, 0.0, 0
     for x, y in zip(file_chunks(*a, rows), file_chunks(*b, rows)):
         x = x.to(_dtype(as_dtype)).float()

@@ -99,6 +99,9 @@ class LoadObservation(Observation):
     config_fix: dict | None = None
     reads_not_observed: str | None = None  # why no forward could say which layer parameters the engine reads
     reads_observed_on: str | None = None  # where the reads were observed when not on the checkpoint's own weights
+    # the engine was given a copy of the pair, not the checkpoint itself (a real-size pair scaled down), read back in
+    # the checkpoint's numbers: what it was
+    observed_on: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict) -> "LoadObservation":

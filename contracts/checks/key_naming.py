@@ -167,6 +167,8 @@ def check_key_naming(subject: SubjectView) -> Result:
         evidence["layer_reads_observed_on"] = obs.reads_observed_on
     if obs.load_error:
         evidence["load_error"] = obs.load_error
+    if obs.observed_on:
+        evidence["observed_on"] = obs.observed_on
 
     problems, fixes = [], []
     if dropped and obs.load_error:  # the engine stopped loading: what it never reached is not a silent drop

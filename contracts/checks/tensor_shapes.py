@@ -80,6 +80,8 @@ def check_tensor_shapes(subject: SubjectView) -> Result:
     declared = _declared_dtype(subject.checkpoint.config)
     evidence = {"shape_errors": mismatches, "integer_into_float": casts, "weight_dtypes": weight_dtypes,
                 "config_dtype": declared, "engine_model_dtype": obs.model_dtype}
+    if obs.observed_on:
+        evidence["observed_on"] = obs.observed_on
 
     warnings = []
     if declared and weight_dtypes and weight_dtypes != [declared]:

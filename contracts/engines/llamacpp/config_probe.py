@@ -49,7 +49,8 @@ def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
     if not obs.is_eagle3_draft:
         return obs
     graph = made.require_graph()
-    obs.probed_on = "the checkpoint's own weights"
+    obs.probed_on = "the checkpoint's own weights" if made.scale is None else \
+        f"{made.scale.describe()}: the top-left block of each of the checkpoint's tensors"
     inputs = _inputs(graph)
     base = _outputs(graph, inputs)
     for key, value in candidate_switches.items():

@@ -33,6 +33,9 @@ def observe_forward(engine_dir, target_dir, reference_path, runner=None) -> Forw
         return ForwardObservation(engine=engine(), skip_reason="no trainer reference forward given")
     made = pair(engine_dir, target_dir)
     graph = made.require_graph()
+    if made.scale is not None:
+        return ForwardObservation(engine=engine(), skip_reason=(
+            f"a real-size pair is given to llama.cpp as {made.scale.describe()}: its forward is not the draft's"))
     replay = Replay(engine(), engine_dir, reference_path)
     obs, chain = replay.obs, replay.chain
     obs.engine_dtype, obs.compute_dtype = "float32", COMPUTE_DTYPE

@@ -86,7 +86,11 @@ void * e3_open(const char * target_gguf, const char * draft_gguf, int n_max, int
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
     cp.no_perf = true;
-    r->ctx_tgt = llama_init_from_model(r->target, cp);
+    // the target's context never decodes here (the reference gives the target's features): one position, so its
+    // worst-case compute buffer (logits over the whole vocabulary for every position of a batch) is one row
+    llama_context_params tp = cp;
+    tp.n_ctx = tp.n_batch = tp.n_ubatch = 1;
+    r->ctx_tgt = llama_init_from_model(r->target, tp);
     cp.n_rs_seq = 0;
     cp.ctx_other = r->ctx_tgt;
     r->ctx_dft = r->ctx_tgt ? llama_init_from_model(r->draft, cp) : nullptr;

@@ -87,6 +87,8 @@ def observe_load(engine_dir, target_dir=None, runner=None) -> LoadObservation:
         obs.load_error = f"llama.cpp's converter raised on {refused_at}: {made.converter_refusal}"
     elif made.loader_error and not blamed:  # e.g. "missing tensor 'blk.0.ffn_norm.weight'": a tensor it builds
         obs.load_error = f"llama.cpp's loader refused the converted draft: {made.loader_error}"
+    if made.scale is not None:
+        obs.observed_on = f"llama.cpp was given {made.scale.describe()} (a real-size pair)"
     if draft.get("d2t") is not None:
         obs.hot_token_id = [int(x) for x in draft["d2t"]]
         obs.hot_token_id_dtype = "int64"

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
+from contracts.engines.llamacpp.scaled import later_layer, plan, scaled_pair
 
 # the GGUF tensor a loader error names ("check_tensor_dims: tensor 'output.weight' has wrong shape; ...")
 LOADER_TENSOR = re.compile(r"tensor '([^']+)'")
-POSITIONS = 256  # positions one replay may use (the references are far shorter)
-LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+POSITIONS = 64  # positions one replay may use (a reference holds 8; the draft context's logits buffer is this many
+# rows of the whole vocabulary: 35 MB at 128256)
 # the target converted in its own dtype, so its embedding and head are its values exactly
 GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PROBE_TIMEOUT_S = 300
@@ -43,6 +44,9 @@ class Pair:
     folder: Path
     graph: Any = None  # graph.DraftGraph: the pair loaded by llama.cpp
     loader_error: str | None = None  # the first error llama.cpp's loader logged (the pair did not load)
+    scale: Any = None  # scaled.Scale: llama.cpp was given a copy at that scale (a real-size pair), else None
+    given_draft: Path | None = None  # the folders the converter was given (the copies when scaled)
+    given_target: Path | None = None
 
     def close(self) -> None:
         if self.graph is not None:
@@ -82,7 +86,7 @@ def _stamp(folder: Path) -> tuple:
 
 def pair(draft_dir, target_dir) -> Pair:
     """DRAFT_DIR beside TARGET_DIR as llama.cpp serves them (made on first use; remade when a file changed)."""
-    from contracts.engines.llamacpp.converter import convert, convert_target, read_gguf
+    from contracts.engines.llamacpp.converter import convert, convert_target
     from contracts.engines.llamacpp.graph import DraftGraph, GraphError
 
     if target_dir is None:
@@ -92,24 +96,27 @@ def pair(draft_dir, target_dir) -> Pair:
     key = (str(draft_dir), str(target_dir), _stamp(draft_dir), _stamp(target_dir))
     if key in _pairs:
         return _pairs[key]
-    target_key = (str(target_dir), key[3])
+    folder = Path(tempfile.mkdtemp(prefix="pair-", dir=_folder()))
+    scale = plan(draft_dir, target_dir)  # a real-size pair: llama.cpp is given a copy at a fraction of its widths
+    given_draft, given_target = (draft_dir, target_dir) if scale is None else \
+        scaled_pair(draft_dir, target_dir, scale, folder / "scaled")
+    target_key = (str(target_dir), key[3], scale)
     if target_key not in _targets:  # one conversion of a target serves every draft beside it
         scratch = Path(tempfile.mkdtemp(prefix="target-", dir=_folder()))
-        first_layer, dtype = first_layer_of(target_dir, scratch / "source")
+        first_layer, dtype = first_layer_of(given_target, scratch / "source")
         _targets[target_key] = convert_target(first_layer, scratch, outtype=GGUF_OUTTYPE.get(dtype, "f32"))
     target = _targets[target_key]
     if not target["converted"]:
+        shutil.rmtree(folder, ignore_errors=True)
         _refused_targets[str(draft_dir)] = f"llama.cpp's converter refused the target: {target['refusal']}"
         raise TargetBuildError(_refused_targets[str(draft_dir)])
-    folder = Path(tempfile.mkdtemp(prefix="pair-", dir=_folder()))
-    draft = convert(draft_dir, target_dir, folder / "draft")
-    if draft["converted"]:
-        written = read_gguf(Path(draft["gguf"]))
-        written["tensors_gguf"] = written.pop("tensors")  # (the draft's "tensors": the converter's mapping)
-        draft.update(written)
-    made = Pair(draft_dir, target_dir, draft, target, folder)
+    draft = _read_back(convert(given_draft, given_target, folder / "draft"), scale)
+    made = Pair(draft_dir, target_dir, draft, target, folder, scale=scale, given_draft=given_draft,
+                given_target=given_target)
     if draft["converted"]:
         made.loader_error = probed(Path(target["gguf"]), Path(draft["gguf"]), folder)
+        if scale is not None:
+            made.loader_error = scale.up_text(made.loader_error)
     if draft["converted"] and made.loader_error is None:
         try:
             made.graph = DraftGraph(Path(target["gguf"]), Path(draft["gguf"]), POSITIONS, folder / "llama.log")
@@ -119,6 +126,22 @@ def pair(draft_dir, target_dir) -> Pair:
     while len(_pairs) > KEEP:  # a sweep judges many drafts in one worker: their GGUFs and graphs are not all kept
         _pairs.pop(next(iter(_pairs))).close()
     return made
+
+
+def _read_back(result: dict, scale) -> dict:
+    """The converter's answer with what its GGUF holds (``read_gguf``: shapes, metadata, d2t), in the checkpoint's
+    numbers when it converted a scaled copy."""
+    from contracts.engines.llamacpp.converter import read_gguf
+
+    if result["converted"]:
+        written = read_gguf(Path(result["gguf"]))
+        written["tensors_gguf"] = written.pop("tensors")  # (the draft's "tensors": the converter's mapping)
+        if scale is not None:
+            written["tensors_gguf"] = {n: {**t, "shape": scale.up_shape(t["shape"])}
+                                       for n, t in written["tensors_gguf"].items()}
+            written["metadata"] = scale.up_metadata(written["metadata"], written["architecture"])
+        result.update(written)
+    return result
 
 
 def first_layer_of(target_dir: Path, out: Path) -> tuple[Path, str]:
@@ -140,7 +163,7 @@ def first_layer_of(target_dir: Path, out: Path) -> tuple[Path, str]:
         raise TargetBuildError(f"llama.cpp loads a draft beside its target model's weights (the draft's embedding or "
                                f"head may be the target's): {e}", needs="the target's weights") from None
     out.mkdir(parents=True)
-    keep = {name: info for name, info in target.tensors.items() if not _later_layer(name)}
+    keep = {name: info for name, info in target.tensors.items() if not later_layer(name)}
     if any(not info.file.endswith(".safetensors") for info in keep.values()):
         raise TargetBuildError("llama.cpp's replay takes a target whose weights are safetensors (this one's are "
                                "pickle files)")
@@ -157,11 +180,6 @@ def first_layer_of(target_dir: Path, out: Path) -> tuple[Path, str]:
             os.symlink(f.resolve(), out / f.name)
     dtypes = sorted({info.dtype for info in keep.values() if info.dtype in GGUF_OUTTYPE})
     return out, dtypes[0] if len(dtypes) == 1 else "float32"
-
-
-def _later_layer(name: str) -> bool:
-    found = LAYER_INDEX.search(name)
-    return found is not None and int(found.group(1)) > 0
 
 
 def probed(target_gguf: Path, draft_gguf: Path, folder: Path) -> str | None:
@@ -191,27 +209,23 @@ def converted_with(made: Pair, changes: dict, tag: str) -> dict:
     import json
     import os
 
-    from contracts.engines.llamacpp.converter import convert, read_gguf
+    from contracts.engines.llamacpp.converter import convert
 
     copy = made.folder / f"draft-{tag}"
     shutil.rmtree(copy, ignore_errors=True)
     copy.mkdir()
-    for f in made.draft_dir.iterdir():
+    given = made.given_draft or made.draft_dir
+    for f in given.iterdir():
         if f.is_file() and f.name != "config.json":
-            os.symlink(f, copy / f.name)
-    config = json.loads((made.draft_dir / "config.json").read_text())
+            os.symlink(f.resolve(), copy / f.name)
+    config = json.loads((given / "config.json").read_text())
     for key, value in changes.items():
         for nested in ("transformer_layer_config", "eagle_config"):  # wherever the checkpoint sets it,
             if isinstance(config.get(nested), dict) and key in config[nested]:
                 config[nested][key] = value
         config[key] = value  # and at the top level, where llama.cpp's converter reads its keys
     (copy / "config.json").write_text(json.dumps(config))
-    result = convert(copy, made.target_dir, made.folder / f"gguf-{tag}")
-    if result["converted"]:
-        written = read_gguf(Path(result["gguf"]))
-        written["tensors_gguf"] = written.pop("tensors")
-        result.update(written)
-    return result
+    return _read_back(convert(copy, made.given_target or made.target_dir, made.folder / f"gguf-{tag}"), made.scale)
 
 
 def close_all() -> None:

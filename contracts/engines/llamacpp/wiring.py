@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contracts.checkpoint import text_config
+from contracts.checkpoint import Checkpoint, text_config
 from contracts.engines.llamacpp.loader import GGUF_DTYPES, row_major
 from contracts.engines.llamacpp.pair import pair
 from contracts.engines.llamacpp.version import engine
-from contracts.fingerprint import chunk_rows_for, fingerprint
+from contracts.fingerprint import chunk_rows_for, file_chunks, fingerprint
 from contracts.observations_wiring import HeldTensor, WiringObservation
 
 WIRING = "llama_model_eagle3 decoder graph: its own tok_embd / output, else ctx_other's (the target's)"
@@ -26,27 +26,25 @@ ROLES = {"embed": "token_embd.weight", "head": "output.weight"}
 
 
 def _rows(gguf_path: Path, name: str):
-    """A GGUF tensor as (its row-major shape, its type, a function giving rows [a, b) as float32 torch), read with the
-    tree's own gguf-py from the file's memory map: a Llama-3.1-8B-sized embedding is never whole in memory."""
+    """A GGUF tensor as (its row-major shape, its type, a function giving rows [a, b) as float32 torch), read from
+    the file's memory map at the offset the GGUF gives it: a Llama-3.1-8B-sized embedding is never whole in memory."""
     import numpy as np
     import torch
-    from gguf import GGUFReader
 
-    tensor = next((t for t in GGUFReader(str(gguf_path)).tensors if t.name == name), None)
-    if tensor is None:
+    from contracts.engines.llamacpp.converter import read_gguf
+
+    written = read_gguf(gguf_path)
+    if name not in written["tensors"]:
         return None, None, None
-    shape, kind = row_major(tensor.shape), tensor.tensor_type.name
-    data = np.asarray(tensor.data)
-    if kind == "BF16":  # gguf-py hands bfloat16 over as its raw bytes
-        data = data.reshape(-1).view(np.uint16).reshape(shape)
-    else:
-        data = data.reshape(shape)
+    shape, kind = row_major(written["tensors"][name]["shape"]), written["tensors"][name]["type"]
+    stored = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}[kind]  # gguf-py hands bfloat16 over as bytes
+    data = np.memmap(gguf_path, dtype=stored, mode="r", offset=written["data_offsets"][name], shape=tuple(shape))
 
     def rows(a: int, b: int):
         part = data[a:b]
         if kind == "BF16":
             part = (part.astype(np.uint32) << 16).view(np.float32)
-        return torch.from_numpy(np.ascontiguousarray(part, dtype=np.float32))
+        return torch.from_numpy(np.array(part, dtype=np.float32))  # a copy: the map is read-only
 
     return shape, kind, rows
 
@@ -59,9 +57,16 @@ def _held(role: str, made, own: bool) -> HeldTensor:
         return HeldTensor(param=name, shape=[], dtype="float32", same_object_as=None, replaced=False,
                           unwritten_fraction=1.0)
     written_by = [k for k, names in source.get("tensors", {}).items() if name in names]
-    step = chunk_rows_for(shape)
     dtype = GGUF_DTYPES.get(kind, "float32")
-    chunks = (rows(a, min(a + step, shape[0])) for a in range(0, shape[0], step))
+    if made.scale is not None and written_by:  # a scaled copy's GGUF: the values are the real tensor's, verbatim
+        real = Checkpoint.open(made.draft_dir) if own else Checkpoint.open_target(made.target_dir, require_weights=True)
+        info = real.tensors[written_by[0]]
+        shape = list(info.shape)
+        step = chunk_rows_for(shape)
+        chunks = file_chunks(real.path / info.file, written_by[0], step)
+    else:
+        step = chunk_rows_for(shape)
+        chunks = (rows(a, min(a + step, shape[0])) for a in range(0, shape[0], step))
     return HeldTensor(param=name, shape=shape, dtype=dtype,
                       same_object_as=None if own else f"target:{written_by[0] if written_by else name}",
                       replaced=not own, unwritten_fraction=0.0, written_by=written_by,
