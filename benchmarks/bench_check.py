@@ -367,39 +367,45 @@ with current(configs.vc):
 """
 
 
-def _tree_rss_kb(pid: int, peaks: dict | None = None) -> int:
-    """Summed VmRSS of ``pid`` and every descendant (from /proc); PEAKS gets each process's own VmHWM (its peak
-    RSS so far, kept by the kernel), keyed by pid with its command line."""
-    total, todo = 0, [pid]
+def _tree_rss_kb(pid: int, peaks: dict | None = None) -> tuple[int, int]:
+    """Summed VmRSS and summed Pss of ``pid`` and every descendant (from /proc); PEAKS gets each process's own VmHWM
+    (its peak RSS so far, kept by the kernel), keyed by pid with its command line. RSS counts a page shared by
+    several processes (a forked child's copy-on-write pages, a file two processes map) in each of them; Pss divides
+    it among them, so the summed Pss is what the machine gives the tree."""
+    total, pss, todo = 0, 0, [pid]
     while todo:
         p = todo.pop()
         try:
             fields = dict(line.split(":", 1) for line in Path(f"/proc/{p}/status").read_text().splitlines())
             total += int(fields["VmRSS"].split()[0])
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+            pss += next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:"))
             if peaks is not None:
                 argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
                 peaks[p] = (max(peaks.get(p, (0,))[0], int(fields["VmHWM"].split()[0])),
                             b" ".join(argv[:4]).decode(errors="replace"))
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, KeyError, ValueError):
+        except (OSError, KeyError, ValueError, StopIteration):
             continue
-    return total
+    return total, pss
 
 
 def measure_tree(argv: list[str], env: dict | None = None) -> dict:
-    """Wall time, the peak of the process tree's summed RSS (sampled) and each process's own peak (its VmHWM),
-    for a command that starts workers."""
+    """Wall time, the peaks of the process tree's summed RSS and summed Pss (sampled every 20 ms) and each
+    process's own peak (its VmHWM), for a command that starts workers."""
     start = time.perf_counter()
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
-    peak, peaks = 0, {}
+    peak, peak_pss, peaks = 0, 0, {}
     while proc.poll() is None:
-        peak = max(peak, _tree_rss_kb(proc.pid, peaks))
+        rss, pss = _tree_rss_kb(proc.pid, peaks)
+        peak, peak_pss = max(peak, rss), max(peak_pss, pss)
         time.sleep(0.02)
     wall = time.perf_counter() - start
     out.seek(0), err.seek(0)
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(peak / 1024, 1), "exit": proc.returncode,
+    return {"wall_s": round(wall, 2), "peak_rss_mb": round(peak / 1024, 1), "peak_pss_mb": round(peak_pss / 1024, 1),
+            "exit": proc.returncode,
             "process_peaks_mb": {cmd: round(kb / 1024) for kb, cmd in peaks.values() if kb > 50 * 1024},
             "stdout": out.read().decode(), "stderr": err.read().decode()[-400:]}
 

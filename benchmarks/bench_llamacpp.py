@@ -7,9 +7,9 @@ noisy: compare within a run only).
               (`contracts.engines.llamacpp.forked`, what the adapter does): median of 3 each, interleaved
   real-size   `check --engine llamacpp` on a Llama-3.1-8B-sized SpecForge-layout drafter (hidden 4096, target vocab
               128256, draft vocab 32000; sparse safetensors, zeros) beside a target of its real shape whose file
-              holds its vocabulary tensors and first layer (sparse too): wall time and the peak of the process
-              tree's summed RSS (the check, its engine worker, the fork server and its children), sampled every
-              20 ms; the target is converted with those tensors only, in its own dtype
+              holds its vocabulary tensors and first layer (sparse too): wall time and the peaks of the process
+              tree's summed Pss and summed RSS (the check, its engine worker, the fork server and its children),
+              sampled every 20 ms; llama.cpp is given the scaled copy (``contracts.engines.llamacpp.scaled``)
 
     python benchmarks/bench_llamacpp.py [--only conversion,real-size] [--keep DIR]   (tox -e bench-llamacpp)
 """
@@ -128,8 +128,9 @@ def real_size(root: Path) -> None:
         doc = json.loads(r["stdout"])
         verdicts = {x["contract"]: x["status"] for x in doc["results"]}
     print(f"check --engine llamacpp on a Llama-3.1-8B-sized SpecForge drafter ({params / 1e9:.2f} B parameters) beside "
-          f"a target of its shape: {r['wall_s']:.1f} s, peak of the process tree's summed RSS {r['peak_rss_mb']:.0f} MB "
-          f"(exit {r['exit']}); verdicts {verdicts}; largest processes {r['process_peaks_mb']}")
+          f"a target of its shape: {r['wall_s']:.1f} s, peak of the process tree's summed Pss {r['peak_pss_mb']:.0f} MB "
+          f"(summed RSS {r['peak_rss_mb']:.0f} MB: the converter's forked children counted whole) (exit {r['exit']}); "
+          f"verdicts {verdicts}; largest processes {r['process_peaks_mb']}")
     if r["exit"] not in (0, 1):
         print(r["stderr"])
 

@@ -452,6 +452,9 @@ def _run_envs(args) -> int:
 
 def main(argv=None) -> int:
     from contracts.engines import close_all
+    from contracts.memory import return_large_frees
+
+    return_large_frees()
     from contracts.environments.engines import EnvironmentBuildError
     from contracts.engines.remote import WorkerError
 

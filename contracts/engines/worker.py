@@ -41,6 +41,9 @@ def _answer(engine, request: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from contracts.memory import return_large_frees
+
+    return_large_frees()
     argv = sys.argv[1:] if argv is None else argv
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr, never in the protocol
