@@ -228,3 +228,26 @@ def test_an_error_is_the_engines_only_when_its_own_code_raised_it(tmp_path):
     assert not raised_by_engine(raise_from(str(Path(__file__))), "sglang")  # neither: not the engine's
     from contracts.engines import errors
     assert not raised_by_engine(raise_from(errors.__file__), "sglang")
+
+
+@pytest.mark.parametrize("head_shared", [False, True])
+def test_a_target_loaded_on_meta_gives_the_observation_its_values_give(head_shared, broken, monkeypatch):
+    """Above ``META_VOCAB_BYTES`` (a Llama-3.1-8B target's embedding and head: 2 GB, 9.6 GB at the peak of loading
+    them into SGLang's own target model) the target's vocabulary is loaded on ``meta`` and the wiring handed
+    stand-ins; the held values are the file tensors its loader wrote whole. Forced here on the tiny target: the
+    same observation, parameter identities and checksums, as loading its values (``head_shared``: the draft's
+    ``draft_vocab_size`` null, so the target's head is shared too)."""
+    from contracts.engines.sglang import wiring
+
+    draft = broken("specforge", config={"draft_vocab_size": None}) if head_shared else DRAFTS["specforge"]
+    real = wiring.observe_embed_head(draft, TARGET)
+    monkeypatch.setattr(wiring, "META_VOCAB_BYTES", 0)
+    meta = wiring.observe_embed_head(draft, TARGET)
+    for role in ("embed", "head"):
+        a, b = getattr(real, role), getattr(meta, role)
+        assert (a.same_object_as, a.replaced, a.shape, a.dtype, a.written_by) == \
+            (b.same_object_as, b.replaced, b.shape, b.dtype, b.written_by)
+        assert a.fingerprint == b.fingerprint and a.unwritten_fraction == b.unwritten_fraction
+    assert meta.embed.same_object_as == "target:model.embed_tokens.weight"
+    assert meta.head.same_object_as == ("target:lm_head.weight" if head_shared else None)
+    assert (meta.calls, meta.target["loaded"]) == (real.calls, real.target["loaded"])

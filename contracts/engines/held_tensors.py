@@ -57,12 +57,25 @@ def owner_rows(models, param) -> int:
     return int(param.shape[0])
 
 
-def held(name, param, own, names, written, models) -> HeldTensor:
+def held(name, param, own, names, written, models, from_file: dict | None = None) -> HeldTensor:
     """The record of one vocabulary tensor the draft holds (``own``: the parameter it was built and loaded with;
-    ``names``: id -> "target:<param>" of the target's parameters; ``written``: id -> file keys that wrote it)."""
+    ``names``: id -> "target:<param>" of the target's parameters; ``written``: id -> file keys that wrote it;
+    ``from_file``: id -> (file, key) for a storage-free parameter the engine's loader wrote whole from that file
+    tensor, traced on ``meta``: its values are that tensor's, cast to the parameter's dtype, streamed from the
+    file)."""
+    from contracts.fingerprint import file_chunks
+
     dtype = str(param.dtype).removeprefix("torch.")
     values = not param.is_meta
     fp = None
+    if from_file and id(param) in from_file:
+        path, key = from_file[id(param)]
+        rows = min(owner_rows(models, param), param.shape[0])
+        step = chunk_rows_for(param.shape)
+        return HeldTensor(param=name, shape=list(param.shape), dtype=dtype,
+                          same_object_as=None if param is own else names.get(id(param)), replaced=param is not own,
+                          unwritten_fraction=0.0, written_by=written.get(id(param), []),
+                          fingerprint=fingerprint(file_chunks(path, key, step, rows), dtype, step))
     if values:
         rows = min(owner_rows(models, param), param.shape[0])
         step = chunk_rows_for(param.shape)

@@ -54,17 +54,46 @@ def _vocab_params(target) -> set:
     return {p for n, p in target.named_parameters() if n.endswith(TARGET_KEY_SUFFIXES)}
 
 
-def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None]:
-    """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``."""
+# A target whose embedding and head together exceed this are loaded on ``meta`` (a Llama-3.1-8B target's two
+# bfloat16 tensors are 2 GB, and loading them into SGLang's own target model peaked at 9.6 GB)
+META_VOCAB_BYTES = 512 << 20
+
+
+def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None, dict]:
+    """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``.
+
+    Returns (has weights, file key -> target parameters it reached, the load's error, and, for a target loaded on
+    ``meta``, target parameter -> the file tensor whose values it holds). Above ``META_VOCAB_BYTES`` the load is
+    traced on ``meta`` (the copy regions SGLang's weight loaders write, counted; no values), and the wiring is
+    handed storage-free stand-ins (``held_tensors.stand_in``): SGLang's wiring moves parameter objects and never
+    reads their values, and a parameter its loader wrote whole from one file tensor holds that tensor's values."""
+    import torch
+
     ckpt = Checkpoint.open(target_dir, require_weights=False, role="target")
     if not ckpt.has_weights:
-        return False, {}, None
-    for p in _vocab_params(target):
-        materialise(target, p)
+        return False, {}, None, {}
     keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
     fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
-    error = tracer(target).load(((k, ckpt.load_tensor(k)) for k in keys), fates)
-    return True, {k: f.reached for k, f in fates.items()}, error
+    on_meta = sum(ckpt.tensors[k].numel * torch.tensor([], dtype=getattr(torch, ckpt.tensors[k].dtype)).element_size()
+                  for k in keys) > META_VOCAB_BYTES
+    vocab = _vocab_params(target)
+    if not on_meta:
+        for p in vocab:
+            materialise(target, p)
+        error = tracer(target).load(((k, ckpt.load_tensor(k)) for k in keys), fates)
+        return True, {k: f.reached for k, f in fates.items()}, error, {}
+    traced = tracer(target)
+    error = traced.load(((k, torch.empty(ckpt.tensors[k].shape, dtype=getattr(torch, ckpt.tensors[k].dtype),
+                                         device="meta")) for k in keys), fates)
+    for p in vocab:
+        materialise(target, p, lazily=True)
+    from_file = {}
+    for k, fate in fates.items():
+        whole = [c.param for c in fate.calls if c.error is None and
+                 traced.meta_written.get(c.param, 0) >= ckpt.tensors[k].numel]
+        for name in whole:
+            from_file[name] = (ckpt.path / ckpt.tensors[k].file, k)
+    return True, {k: f.reached for k, f in fates.items()}, error, from_file
 
 
 def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
@@ -78,7 +107,7 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
 
     _, mc, draft, tracer, fates, _ = load_traced(engine_dir, dtype)
     target, target_mc = build_target(Path(target_dir), dtype)
-    has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
+    has_weights, target_loaded, target_error, target_from_file = _load_target_vocab_tensors(target, Path(target_dir))
 
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -142,7 +171,8 @@ def wire(engine_dir, target_dir, dtype: str = "auto") -> types.SimpleNamespace:
 
     return types.SimpleNamespace(mc=mc, draft=draft, tracer=tracer, fates=fates, target=target,
                                  target_mc=target_mc, has_weights=has_weights, target_loaded=target_loaded,
-                                 target_error=target_error, worker=worker, calls=calls, error=error,
+                                 target_error=target_error, target_from_file=target_from_file, worker=worker,
+                                 calls=calls, error=error,
                                  own_embed=own_embed, own_head=own_head, wiring=wiring)
 
 
@@ -193,6 +223,7 @@ def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
 
     cfg, tcfg = mc.hf_config, target_mc.hf_config
     hot = getattr(worker, "hot_token_id", None)
+    from_file = {id(target_params[n]): where for n, where in w.target_from_file.items() if n in target_params}
     return WiringObservation(
         engine={"name": "sglang", "version": engine_version()},
         wiring=w.wiring,
@@ -208,8 +239,9 @@ def observe_embed_head(engine_dir, target_dir) -> WiringObservation:
                 "hidden_size": getattr(tcfg, "hidden_size", None), "vocab_size": getattr(tcfg, "vocab_size", None),
                 "tie_word_embeddings": bool(getattr(tcfg, "tie_word_embeddings", False)),
                 "has_weights": has_weights, "loaded": target_loaded, "load_error": target_error},
-        embed=held(EMBED_PARAM, draft.get_parameter(EMBED_PARAM), own_embed, names, written, (target, draft)),
-        head=held(HEAD_PARAM, draft.get_parameter(HEAD_PARAM), own_head, names, written, (target, draft)),
+        embed=held(EMBED_PARAM, draft.get_parameter(EMBED_PARAM), own_embed, names, written, (target, draft),
+                   from_file),
+        head=held(HEAD_PARAM, draft.get_parameter(HEAD_PARAM), own_head, names, written, (target, draft), from_file),
         hot_token_id_len=None if hot is None else int(hot.shape[0]),
         error=error,
     )
