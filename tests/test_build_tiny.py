@@ -111,16 +111,24 @@ def test_build_tiny_refuses_a_directory_it_did_not_write(tmp_path, capsys):
 
 def _training_repository_env(root: Path, *ours: str) -> Path:
     """An environment as a training repository's CI has it: the trainer (speculators 0.9.0, with what it needs) and
-    eagle3-contracts installed as OURS says; no engine (the engines run in their own environments)."""
+    eagle3-contracts installed as OURS says; no engine (the engines run in their own environments). What the trainer
+    needs is held at the versions of the trainer's environment this machine made once (a training repository locks
+    them): resolved anew in each clone, one of its 67 unpinned distributions moved between two runs an hour apart, and
+    the converged build, keyed by what the training imports, was trained again (10 minutes of each CI run)."""
     from contracts.environments.engines import install_command, uv_binary
     from contracts.environments.trainers import environment_for
 
-    recipe = environment_for("speculators", "0.9.0").parent.parent / "recipe.txt"
+    trainer_python = environment_for("speculators", "0.9.0")
+    recipe = trainer_python.parent.parent / "recipe.txt"
     env = root / "training-repo-env"
     subprocess.run([*uv_binary(), "venv", "--quiet", "--python", sys.executable, str(env)], check=True)
     installer, call_env = install_command(env)
+    frozen = subprocess.run([*uv_binary(), "pip", "freeze", "--python", str(trainer_python)], check=True,
+                            capture_output=True, text=True, env=call_env).stdout.splitlines()
+    lock = root / "trainer-lock.txt"
+    lock.write_text("\n".join(line for line in frozen if "==" in line and not line.startswith("speculators==")) + "\n")
     for args in (["-r", str(recipe)], ["--no-deps", "speculators==0.9.0"], list(ours)):
-        subprocess.run([*installer, *args], check=True, env=call_env, cwd=REPO / "requirements")
+        subprocess.run([*installer, "-c", str(lock), *args], check=True, env=call_env, cwd=REPO / "requirements")
     return env / "bin" / "python"
 
 

@@ -71,7 +71,8 @@ def build(trainer: str, out: Path) -> dict:
     _refuse_foreign(out)
     release = trainer_version(trainer)
     _prepare(out)
-    key = converged_cache.build_key(trainer, PROFILES[trainer].distribution, [TARGET.directory])
+    parts = converged_cache.key_parts(trainer, PROFILES[trainer].distribution, [TARGET.directory])
+    key = converged_cache.build_key(parts)
     reused = converged_cache.reuse(key, out, here={"target": str(TARGET.directory)})
     if reused is not None:
         return reused
@@ -88,7 +89,8 @@ def build(trainer: str, out: Path) -> dict:
     record = {"trainer": trainer, "trainer_version": release, "draft": "draft", "target": str(TARGET.directory),
               "reference": "reference.safetensors", "selected_target_ids": kept.get("selected_target_ids"),
               "aux_layer_ids": kept.get("aux_layer_ids"), "bundled_twin": f"converged-{trainer}",
-              "training": kept.get("training"), "files": kept["files"], "python": sys.version.split()[0]}
+              "training": kept.get("training"), "files": kept["files"], "python": sys.version.split()[0],
+              "key": key, "key_parts": parts}
     (out / RECORD).write_text(json.dumps(record, indent=1, default=str) + "\n")
     converged_cache.keep(key, out)
     return record

@@ -103,10 +103,16 @@ def requirement_closure(distribution: str) -> list[str]:
     return sorted(f"{name}=={version}" for name, version in seen.items())
 
 
-def build_key(trainer: str, distribution: str, inputs: list[Path]) -> str:
-    """The key of a converged build of TRAINER (its package DISTRIBUTION) by this interpreter on INPUTS' files."""
+def build_key(parts: dict) -> str:
+    """The key of a converged build made of PARTS (``key_parts``)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def key_parts(trainer: str, distribution: str, inputs: list[Path]) -> dict:
+    """What the key of a converged build of TRAINER (its package DISTRIBUTION) by this interpreter on INPUTS' files is
+    made of (kept in its record: two keys for one build can then be told apart)."""
     installed = requirement_closure(distribution)
-    parts = {
+    return {
         "trainer": trainer,
         "builder": _tree_digest(HERE),
         "trainer_code": trainer_code_digest(distribution),
@@ -116,7 +122,6 @@ def build_key(trainer: str, distribution: str, inputs: list[Path]) -> str:
         "python": sys.version,
         "cpu": _cpu_flags(),
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def reuse(key: str, out: Path, here: dict | None = None) -> dict | None:

@@ -34,30 +34,30 @@ def test_the_key_moves_with_the_trainers_code_and_not_with_its_caches(editable_t
     target = tmp_path / "target"
     target.mkdir()
     (target / "config.json").write_text("{}")
-    first = converged_cache.build_key("faketrainer", "faketrainer", [target])
+    first = converged_cache.build_key(converged_cache.key_parts("faketrainer", "faketrainer", [target]))
     (editable_trainer / "__pycache__").mkdir()
     (editable_trainer / "__pycache__" / "x.pyc").write_bytes(b"stale")
-    assert converged_cache.build_key("faketrainer", "faketrainer", [target]) == first
+    assert converged_cache.build_key(converged_cache.key_parts("faketrainer", "faketrainer", [target])) == first
     (editable_trainer / "__init__.py").write_text("LOSS_MASK_SHIFT = 1\n")  # a training change
-    changed = converged_cache.build_key("faketrainer", "faketrainer", [target])
+    changed = converged_cache.build_key(converged_cache.key_parts("faketrainer", "faketrainer", [target]))
     assert changed != first
     (target / "config.json").write_text('{"hidden_size": 32}')  # another target
-    third = converged_cache.build_key("faketrainer", "faketrainer", [target])
+    third = converged_cache.build_key(converged_cache.key_parts("faketrainer", "faketrainer", [target]))
     assert third not in (first, changed)
     site = editable_trainer.parents[2] / "site"
     _dist(site, "sidetool", "2.0")  # a test tool installed beside the trainer: not what training imports
-    assert converged_cache.build_key("faketrainer", "faketrainer", [target]) == third
+    assert converged_cache.build_key(converged_cache.key_parts("faketrainer", "faketrainer", [target])) == third
     metadata_file = site / "faketrainer-1.0.dist-info" / "METADATA"
     metadata_file.write_text(metadata_file.read_text() + "Requires-Dist: helperlib>=1\n"
                              "Requires-Dist: docsonly; extra == 'docs'\n")
     _dist(site, "helperlib", "1.0")
     _dist(site, "docsonly", "1.0")
-    with_helper = converged_cache.build_key("faketrainer", "faketrainer", [target])
+    with_helper = converged_cache.build_key(converged_cache.key_parts("faketrainer", "faketrainer", [target]))
     assert converged_cache.requirement_closure("faketrainer") == ["faketrainer==1.0", "helperlib==1.0"]
     (site / "helperlib-1.0.dist-info").rename(site / "helperlib-1.1.dist-info")
     (site / "helperlib-1.1.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: helperlib\nVersion: 1.1\n")  # what training imports moved
-    assert converged_cache.build_key("faketrainer", "faketrainer", [target]) != with_helper
+    assert converged_cache.build_key(converged_cache.key_parts("faketrainer", "faketrainer", [target])) != with_helper
 
 
 def _dist(site, name, version):
