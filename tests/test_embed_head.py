@@ -241,7 +241,7 @@ def test_a_target_loaded_on_meta_gives_the_observation_its_values_give(head_shar
 
     draft = broken("specforge", config={"draft_vocab_size": None}) if head_shared else DRAFTS["specforge"]
     real = wiring.observe_embed_head(draft, TARGET)
-    monkeypatch.setattr(wiring, "META_VOCAB_BYTES", 0)
+    monkeypatch.setenv("EAGLE3_CONTRACTS_META_VOCAB_MB", "0")
     meta = wiring.observe_embed_head(draft, TARGET)
     for role in ("embed", "head"):
         a, b = getattr(real, role), getattr(meta, role)

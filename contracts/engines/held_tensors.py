@@ -8,9 +8,22 @@ sentinel of the load and chunked checksums of the held values.
 
 from __future__ import annotations
 
+import os
+
 from contracts.engines.tracing import unwritten_fraction
 from contracts.fingerprint import chunk_rows_for, fingerprint, tensor_chunks
 from contracts.observations_wiring import HeldTensor
+
+
+# A target whose embedding and head together exceed this are loaded on ``meta`` by the wiring observations (a
+# Llama-3.1-8B target's two bfloat16 tensors are 2 GB; loading them into the engine's own target model peaked at
+# 9.6 GB on SGLang, 9.9 GB on vLLM): its tensors become stand-ins, their values read from the files
+META_VOCAB_BYTES = 512 << 20
+
+
+def meta_vocab_bytes() -> int:
+    """``META_VOCAB_BYTES``, or ``EAGLE3_CONTRACTS_META_VOCAB_MB`` where set (0: every target with weights)."""
+    return int(float(os.environ.get("EAGLE3_CONTRACTS_META_VOCAB_MB", META_VOCAB_BYTES / (1 << 20))) * (1 << 20))
 
 
 def _holds(module, param) -> bool:
@@ -34,15 +47,17 @@ def materialise(model, param, lazily: bool = False) -> None:
             module.weight = real
 
 
-def stand_in(param):
+def stand_in(param, value: float = float("nan")):
     """A parameter of PARAM's shape, dtype and engine attributes that reads as the NaN sentinel everywhere, held
     in one element (stride 0): what a vocabulary tensor nothing gives values to (a target given as its config
     alone, a draft built on ``meta``) needs for an engine's wiring to read it (``.cpu()``, ``torch.equal``,
     shapes, an embedding lookup) without a full-size allocation (1 GB per tensor at a Llama-3.1-8B vocabulary).
-    It is never written to: a load into it raises, so only tensors no file is loaded into get one."""
+    It is never written to: a load into it raises, so only tensors no file is loaded into get one. VALUE: another
+    constant, where a wiring compares tensors by value and the stand-ins must compare as the real ones do
+    (``vllm.wiring``: equal constants for equal file tensors)."""
     import torch
 
-    values = torch.full((), float("nan"), dtype=param.dtype).expand(param.shape)
+    values = torch.full((), value, dtype=param.dtype).expand(param.shape)
     real = torch.nn.Parameter(values, requires_grad=False)
     real.__dict__.update(param.__dict__)
     return real

@@ -18,7 +18,8 @@ from __future__ import annotations
 from contracts.engines.reference import COMPUTE_DTYPE, Replay
 from contracts.engines.sglang.context import engine_version
 from contracts.engines.sglang.cpu_forward import draft_chain
-from contracts.engines.sglang.wiring import META_VOCAB_BYTES, wire
+from contracts.engines.held_tensors import meta_vocab_bytes
+from contracts.engines.sglang.wiring import wire
 from contracts.observations import ForwardObservation
 
 
@@ -34,7 +35,7 @@ def observe_forward(engine_dir, target_dir, reference_path) -> ForwardObservatio
         return obs
     if w.target_from_file:  # the target's embedding and head were loaded on meta: no values to run on
         return ForwardObservation(engine=obs.engine, skip_reason=(
-            f"the target's embedding and head are over {META_VOCAB_BYTES >> 20} MB: SGLang loads them on meta "
+            f"the target's embedding and head are over {meta_vocab_bytes() >> 20} MB: SGLang loads them on meta "
             f"here, so its draft forward has no target values to run on"))
     hot = getattr(w.worker, "hot_token_id", None)
     if hot is None:

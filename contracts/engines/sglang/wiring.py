@@ -23,7 +23,7 @@ from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError, raised_by_engine
 from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM, build_model, load_traced, tracer
-from contracts.engines.held_tensors import held, materialise
+from contracts.engines.held_tensors import held, materialise, meta_vocab_bytes
 from contracts.observations import TensorFate
 from contracts.observations_wiring import WiringObservation
 
@@ -54,16 +54,11 @@ def _vocab_params(target) -> set:
     return {p for n, p in target.named_parameters() if n.endswith(TARGET_KEY_SUFFIXES)}
 
 
-# A target whose embedding and head together exceed this are loaded on ``meta`` (a Llama-3.1-8B target's two
-# bfloat16 tensors are 2 GB, and loading them into SGLang's own target model peaked at 9.6 GB)
-META_VOCAB_BYTES = 512 << 20
-
-
 def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None, dict]:
     """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``.
 
     Returns (has weights, file key -> target parameters it reached, the load's error, and, for a target loaded on
-    ``meta``, target parameter -> the file tensor whose values it holds). Above ``META_VOCAB_BYTES`` the load is
+    ``meta``, target parameter -> the file tensor whose values it holds). Above ``held_tensors.META_VOCAB_BYTES`` the load is
     traced on ``meta`` (the copy regions SGLang's weight loaders write, counted; no values), and the wiring is
     handed storage-free stand-ins (``held_tensors.stand_in``): SGLang's wiring moves parameter objects and never
     reads their values, and a parameter its loader wrote whole from one file tensor holds that tensor's values."""
@@ -75,7 +70,7 @@ def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, st
     keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
     fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
     on_meta = sum(ckpt.tensors[k].numel * torch.tensor([], dtype=getattr(torch, ckpt.tensors[k].dtype)).element_size()
-                  for k in keys) > META_VOCAB_BYTES
+                  for k in keys) > meta_vocab_bytes()
     vocab = _vocab_params(target)
     if not on_meta:
         for p in vocab:

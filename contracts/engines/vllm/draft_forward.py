@@ -24,6 +24,7 @@ from contracts.engines.vllm.context import engine_version
 from contracts.engines.vllm.cpu_forward import finish_loading, head_dim_of, kernels_missing, one_request, runs_on_cpu, \
     supported_head_sizes
 from contracts.engines.vllm.loader import engine_map
+from contracts.engines.held_tensors import meta_vocab_bytes
 from contracts.engines.vllm.wiring import wire
 from contracts.observations import ForwardObservation
 
@@ -39,6 +40,10 @@ def observe_forward(engine_dir, target_dir, reference_path, runner: str | None =
     missing = kernels_missing()
     if missing:
         obs.skip_reason = missing
+        return obs
+    if w.target_from_file:  # the target's embedding and head were loaded on meta: no values to run on
+        obs.skip_reason = (f"the target's embedding and head are over {meta_vocab_bytes() >> 20} MB: vLLM loads them on "
+                           f"meta here, so its draft forward has no target values to run on")
         return obs
     if not runs_on_cpu(w.configs.draft.hf_config):
         obs.skip_reason = (f"vLLM's CPU attention kernel takes head sizes {supported_head_sizes()}; this draft's is "

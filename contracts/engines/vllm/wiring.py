@@ -22,7 +22,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError, raised_by_engine
-from contracts.engines.held_tensors import held, materialise, stand_in
+from contracts.engines.held_tensors import held, materialise, meta_vocab_bytes, stand_in
 from contracts.engines.scaling import estimated_elements
 from contracts.engines.vllm.context import engine_version, on_device
 from contracts.engines.vllm.loader import EMBED_PARAM, HEAD_PARAM, LoadTracer, engine_map, load_traced
@@ -72,12 +72,28 @@ def _vocab_params(target) -> list:
     return [p for n, p in target.named_parameters() if n.endswith(TARGET_KEY_SUFFIXES)]
 
 
-def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None]:
+def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, str | None, dict]:
     """Feed the target's embedding/head tensors (only) through the target's own ``load_weights``. A target given
-    as its config alone has nothing to load: its vocabulary tensors are NaN stand-ins without storage."""
+    as its config alone has nothing to load: its vocabulary tensors are NaN stand-ins without storage. Above
+    ``held_tensors.META_VOCAB_BYTES`` the load is traced on ``meta`` (the copy regions vLLM's weight loaders write,
+    counted) and the tensors become stand-ins too; the last element returned maps each target parameter the loader
+    wrote whole from one file tensor to that tensor (its values, for the fingerprint and the wiring's comparisons)."""
     import torch
 
     ckpt = Checkpoint.open(target_dir, require_weights=False, role="target")
+    keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)] if ckpt.has_weights else []
+    on_meta = sum(ckpt.tensors[k].numel * torch.tensor([], dtype=getattr(torch, ckpt.tensors[k].dtype)).element_size()
+                  for k in keys) > meta_vocab_bytes()
+    fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
+    if on_meta and all(p.is_meta for p in _vocab_params(target)):
+        traced = LoadTracer(target)
+        error = traced.load(((k, torch.empty(ckpt.tensors[k].shape, dtype=getattr(torch, ckpt.tensors[k].dtype),
+                                              device="meta")) for k in keys), fates)
+        for p in _vocab_params(target):
+            materialise(target, p, lazily=True)
+        from_file = {c.param: (ckpt.path / ckpt.tensors[k].file, k) for k, fate in fates.items() for c in fate.calls
+                     if c.error is None and traced.meta_written.get(c.param, 0) >= ckpt.tensors[k].numel}
+        return True, {k: f.reached for k, f in fates.items()}, error, from_file
     for p in _vocab_params(target):
         if p.is_meta:
             materialise(target, p, lazily=not ckpt.has_weights)
@@ -85,15 +101,51 @@ def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, st
             with torch.no_grad():
                 p.fill_(float("nan"))
     if not ckpt.has_weights:
-        return False, {}, None
-    keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
-    fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
+        return False, {}, None, {}
     error = LoadTracer(target).load(((k, ckpt.load_tensor(k)) for k in keys), fates)
-    return True, {k: f.reached for k, f in fates.items()}, error
+    return True, {k: f.reached for k, f in fates.items()}, error, {}
+
+
+def _equal_by_file(draft, ckpt, fates, target, target_from_file: dict) -> dict:
+    """For a target loaded on ``meta``: a constant for each vocabulary tensor of the draft and of the target, equal
+    exactly where their file tensors are equal in the parameter's dtype (streamed side by side,
+    ``fingerprint.compare_file_tensors``), and the target's stand-ins given theirs. vLLM's sharing steps then
+    compare (``torch.equal``) stand-ins that agree as the loaded tensors would: its code still takes the decision.
+    Returns draft parameter name -> its constant (a draft tensor no file wrote whole keeps the NaN that equals
+    nothing)."""
+    from contracts.fingerprint import compare_file_tensors
+
+    target_params = dict(target.named_parameters(remove_duplicate=False))
+    files = {("target", n): where for n, where in target_from_file.items() if n in target_params}
+    for name in (EMBED_PARAM, HEAD_PARAM):
+        keys = [f.key for f in fates.values() for c in f.calls if c.param == name and c.error is None]
+        if len(keys) == 1:
+            files[("draft", name)] = (ckpt.path / ckpt.tensors[keys[0]].file, keys[0])
+    shape = {who: tuple((target_params[who[1]] if who[0] == "target" else draft.get_parameter(who[1])).shape)
+             for who in files}
+    dtype = str(next(iter(target_params.values())).dtype).removeprefix("torch.")
+    value: dict = {}
+    for who in files:  # equal file tensors share a constant (equality is transitive: one comparison per class)
+        same = next((other for other in value if shape[other] == shape[who] and
+                     _equal(compare_file_tensors(files[other], files[who], dtype))), None)
+        value[who] = value[same] if same is not None else float(len(set(value.values())))
+    replaced: dict = {}  # one stand-in per target parameter object (a tied target keeps one object in both places)
+    for n, param in target_params.items():
+        if ("target", n) in value and id(param) not in replaced:
+            replaced[id(param)] = stand_in(param, value[("target", n)])
+    for module in target.modules():
+        weight = getattr(module, "weight", None)
+        if weight is not None and id(weight) in replaced:
+            module.weight = replaced[id(weight)]
+    return {n: v for (side, n), v in value.items() if side == "draft"}
+
+
+def _equal(cmp: dict) -> bool:
+    return bool(cmp["comparable"] and not cmp["rows_differing"])
 
 
 @contextlib.contextmanager
-def readable_draft_vocab(draft, target, ckpt, fates, target_has_weights: bool):
+def readable_draft_vocab(draft, target, ckpt, fates, target_has_weights: bool, by_file: dict | None = None):
     """For the wiring only, give a draft built on ``meta`` vocabulary tensors vLLM's sharing steps can read: they
     compare them with the target's by value (``torch.equal(target.weight.cpu(), draft.weight.cpu())``), which a
     meta tensor cannot answer ("Cannot copy out of meta tensor": a wiring failure of our making, not vLLM's).
@@ -101,16 +153,19 @@ def readable_draft_vocab(draft, target, ckpt, fates, target_has_weights: bool):
     gets its checkpoint values through vLLM's own ``load_weights``; everywhere else it cannot (shapes differ, or
     the target's are never-written NaN), so a storage-free NaN stand-in gives vLLM the same answer. The meta
     parameters are put back afterwards wherever the draft still holds a substitute, so the evidence is recorded
-    on the parameters the load traced."""
+    on the parameters the load traced. BY_FILE (a target loaded on ``meta``, ``_equal_by_file``): the draft's
+    tensors are stand-ins whose constants compare with the target's as the file tensors do, never loaded."""
     target_shapes = {tuple(p.shape) for p in _vocab_params(target) if not p.is_meta}
     swapped, seen = [], set()
     for name, module in ((EMBED_PARAM, draft.model.embed_tokens), (HEAD_PARAM, draft.lm_head)):
         p = module.weight
-        if not p.is_meta or id(module) in seen:
+        if (not p.is_meta and by_file is None) or id(module) in seen:
             continue
         seen.add(id(module))
-        compared = target_has_weights and tuple(p.shape) in target_shapes
-        if compared:
+        compared = target_has_weights and tuple(p.shape) in target_shapes and by_file is None
+        if by_file is not None:
+            module.weight = stand_in(p, by_file.get(name, float("nan")))
+        elif compared:
             materialise(draft, p)
         else:
             module.weight = stand_in(p)
@@ -138,14 +193,15 @@ def wire(engine_dir, target_dir, dtype: str = "auto", runner: str | None = None)
     ckpt, configs, draft, tracer, fates, _ = load_traced(engine_dir, target_dir, dtype)
     judged = resolve(configs.vc, runner)
     target = build_target(configs)
-    has_weights, target_loaded, target_error = _load_target_vocab_tensors(target, Path(target_dir))
+    has_weights, target_loaded, target_error, target_from_file = _load_target_vocab_tensors(target, Path(target_dir))
+    by_file = _equal_by_file(draft, ckpt, fates, target, target_from_file) if target_from_file else None
     own_embed, own_head = draft.get_parameter(EMBED_PARAM), draft.get_parameter(HEAD_PARAM)
     error: str | None = None
     calls: list = []
     replay = WIRING[judged]
     with set_current_vllm_config(configs.vc), torch.no_grad():
         try:
-            with readable_draft_vocab(draft, target, ckpt, fates, has_weights):
+            with readable_draft_vocab(draft, target, ckpt, fates, has_weights, by_file):
                 draft = replay.run(configs, draft, target, calls)
         except Exception as e:  # the engine's own refusal is the observation; a failure of the replay is not
             if not raised_by_engine(e, "vllm"):
@@ -154,6 +210,7 @@ def wire(engine_dir, target_dir, dtype: str = "auto", runner: str | None = None)
             error = f"{type(e).__name__}: {e}"
     return types.SimpleNamespace(configs=configs, draft=draft, tracer=tracer, fates=fates, target=target,
                                  has_weights=has_weights, target_loaded=target_loaded, target_error=target_error,
+                                 target_from_file=target_from_file,
                                  calls=calls, error=error, own_embed=own_embed, own_head=own_head, runner=judged,
                                  wiring=replay.name)
 
@@ -220,6 +277,7 @@ def observe_embed_head(engine_dir, target_dir, runner: str | None = None) -> Wir
             written.setdefault(id(target_params[p]), []).append(key)
     cfg, tcfg = w.configs.draft.hf_config, w.configs.target.hf_config.get_text_config()
     embed, head = draft.model.embed_tokens.weight, draft.lm_head.weight
+    from_file = {id(target_params[n]): where for n, where in w.target_from_file.items() if n in target_params}
     hot = None
     try:
         hot = engine_map(draft)
@@ -241,8 +299,8 @@ def observe_embed_head(engine_dir, target_dir, runner: str | None = None) -> Wir
                 "hidden_size": getattr(tcfg, "hidden_size", None), "vocab_size": getattr(tcfg, "vocab_size", None),
                 "tie_word_embeddings": bool(getattr(tcfg, "tie_word_embeddings", False)),
                 "has_weights": w.has_weights, "loaded": w.target_loaded, "load_error": w.target_error},
-        embed=held(EMBED_PARAM, embed, w.own_embed, names, written, (target, draft)),
-        head=held(HEAD_PARAM, head, w.own_head, names, written, (target, draft)),
+        embed=held(EMBED_PARAM, embed, w.own_embed, names, written, (target, draft), from_file),
+        head=held(HEAD_PARAM, head, w.own_head, names, written, (target, draft), from_file),
         hot_token_id_len=None if hot is None else len(hot),
         error=w.error,
     )
