@@ -7,6 +7,10 @@ layout (``midlayer.*``, no embed_tokens, ~0.96 B parameters) and a Llama-3.1-8B-
 128256, SpecForge's layout), each with a config-only target of its real shape. Then measures, each in a fresh
 process:
 
+  engines    every engine's whole check of the Llama-3.1-8B-sized drafter (against a config-only target and against
+             one holding its embedding, head and first layer), of the Kimi-K2.5-sized drafter and of the two hostile
+             configs (a 2,000,000-token vocabulary, a 1 GiB sparse d2t): the peaks of the process tree's summed Pss
+             and summed RSS, one table
   start-up   a one-contract check of a tiny bundled draft against `import sglang.srt.models.llama_eagle3` in
              the same environment (median of 3, interleaved; with the torchvision stand-in the import needs here)
   peaks      every contract alone (`--only ID`) on the Kimi-sized SpecForge-layout drafter: peak RSS and wall
@@ -106,6 +110,31 @@ def drafter(directory: Path, *, hidden, vocab, draft_vocab, heads, kv_heads, int
               "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
     (directory / "config.json").write_text(json.dumps(config))
     return sum(_numel(shape) for shape, _ in tensors.values())
+
+
+def weighted_target(directory: Path, *, hidden=4096, vocab=128256, heads=32, kv_heads=8, inter=14336) -> None:
+    """A Llama-3.1-8B-shaped target whose file holds what llama.cpp converts of it: its vocabulary tensors and its
+    first layer (zeros, sparse; norms ones); its config says 32 layers."""
+    import torch
+
+    directory.mkdir(parents=True)
+    head_dim = hidden // heads
+    layer = {"self_attn.q_proj.weight": [heads * head_dim, hidden], "self_attn.k_proj.weight": [kv_heads * head_dim,
+             hidden], "self_attn.v_proj.weight": [kv_heads * head_dim, hidden],
+             "self_attn.o_proj.weight": [hidden, heads * head_dim], "mlp.gate_proj.weight": [inter, hidden],
+             "mlp.up_proj.weight": [inter, hidden], "mlp.down_proj.weight": [hidden, inter],
+             "input_layernorm.weight": [hidden], "post_attention_layernorm.weight": [hidden]}
+    tensors = {f"model.layers.0.{k}": (v, "bfloat16") for k, v in layer.items()}
+    tensors.update({"model.embed_tokens.weight": ([vocab, hidden], "bfloat16"),
+                    "lm_head.weight": ([vocab, hidden], "bfloat16"), "model.norm.weight": ([hidden], "bfloat16")})
+    ones = torch.ones(hidden, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()
+    write_sparse_safetensors(directory / "model.safetensors", tensors,
+                             {k: ones for k in tensors if k.endswith("norm.weight")})
+    config = json.loads((Path(__file__).resolve().parents[1] / "fixtures/targets/llama-tiny/config.json").read_text())
+    config.update(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=32, num_attention_heads=heads,
+                  num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=vocab, max_position_embeddings=131072,
+                  dtype="bfloat16")
+    (directory / "config.json").write_text(json.dumps(config))
 
 
 def _numel(shape):
@@ -263,8 +292,10 @@ def contract_peaks(py: str, draft: Path, targets: dict[str, Path]) -> list[tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", help="write the sparse checkpoints here and keep them")
-    parser.add_argument("--only", default="startup,small,peaks,naive,vllm",
-                        help="sections to run (startup, small, peaks, naive, vllm)")
+    parser.add_argument("--only", default="engines,startup,small,peaks,naive,vllm",
+                        help="sections to run (engines, startup, small, peaks, naive, vllm)")
+    parser.add_argument("--engines", default="sglang,vllm==0.32.0,llamacpp,openvino",
+                        help="the engines of the `engines` table")
     args = parser.parse_args()
     sections = set(args.only.split(","))
     repo = Path(__file__).resolve().parents[1]
@@ -283,6 +314,8 @@ def main() -> None:
             print("import profile of the check (each module's own import time, summed by package): " +
                   ", ".join(f"{name} {sec:.2f} s" for name, sec in s["profile"]) + "\n")
         tg = targets(root, repo)
+        if "engines" in sections:
+            engine_table(py, root, repo, tg, args.engines.split(","))
         if "small" in sections:
             qwen3_small_draft(py, root)
         if "peaks" in sections:
@@ -307,6 +340,68 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def hostile_cases(root: Path, repo: Path) -> dict[str, tuple[Path, Path]]:
+    """The two hostile configs: a tiny draft whose config asks for a 2,000,000-token vocabulary, and one whose
+    ``d2t`` is a 1 GiB tensor (sparse on disk) beside its real tensors."""
+    import torch
+    from safetensors.torch import load_file
+
+    source, target = repo / "fixtures/drafts/specforge", repo / "fixtures/targets/llama-tiny"
+    vocab = root / "hostile-vocab-2m"
+    shutil.copytree(source, vocab)
+    cfg = json.loads((vocab / "config.json").read_text())
+    cfg["vocab_size"] = 2_000_000
+    (vocab / "config.json").write_text(json.dumps(cfg))
+    d2t = root / "hostile-d2t-1gib"
+    d2t.mkdir()
+    shutil.copy(source / "config.json", d2t / "config.json")
+    real = load_file(str(source / "model.safetensors"))
+    tensors = {k: (list(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in real.items() if k != "d2t"}
+    tensors["d2t"] = ([1 << 27], "int64")
+    write_sparse_safetensors(d2t / "model.safetensors", tensors, {
+        k: v.contiguous().view(torch.int16 if v.dtype == torch.bfloat16 else v.dtype).numpy().tobytes()
+        for k, v in real.items() if k != "d2t"})
+    return {"hostile: vocab_size 2,000,000 (tiny draft)": (vocab, target),
+            "hostile: 1 GiB sparse d2t beside real tensors": (d2t, target)}
+
+
+def engine_table(py: str, root: Path, repo: Path, tg: dict, engines: list[str]) -> None:
+    """Every engine's whole check (all contracts) on real-size drafters and hostile configs, each a fresh process
+    tree: wall time, the peaks of the tree's summed Pss and summed RSS, the largest process, the verdicts."""
+    llama = root / "engines-llama-3.1-8b-drafter"
+    drafter(llama, hidden=4096, vocab=128256, draft_vocab=32000, heads=32, kv_heads=8, inter=14336,
+            layer_prefix="midlayer", with_embed=False, ids=[1, 15, 28])
+    weighted = root / "engines-llama-3.1-8b-weighted-target"
+    weighted_target(weighted)
+    kimi = root / "engines-kimi-drafter"
+    drafter(kimi, hidden=7168, vocab=163840, draft_vocab=32000, heads=56, kv_heads=8, inter=18432,
+            layer_prefix="midlayer", with_embed=False, ids=[1, 29, 57])
+    cases = {"Llama-3.1-8B-sized SpecForge drafter, config-only target": (llama, tg["llama-3.1-8b-target"]),
+             "Llama-3.1-8B-sized SpecForge drafter, target with its embedding, head and first layer": (llama, weighted),
+             "Kimi-K2.5-sized SpecForge drafter, config-only target": (kimi, tg["kimi-k25-target"]),
+             **hostile_cases(root, repo)}
+    print("every engine's check (all contracts), each a fresh process tree sampled every 20 ms:")
+    print("| drafter | engine | wall | summed Pss | summed RSS | largest process | exit | verdicts |\n"
+          "|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for label, (draft, target) in cases.items():
+        for engine in engines:
+            m = measure_tree([py, "-m", "contracts.cli", "check", str(draft), "--target", str(target), "--engine",
+                              engine, "--format", "json"])
+            said = (m["stderr"].strip() or m["stdout"].strip() or "-").splitlines()[-1][:160]
+            try:
+                counts: dict = {}
+                for r in json.loads(m["stdout"])["results"]:
+                    counts[r["status"]] = counts.get(r["status"], 0) + 1
+                verdicts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            except (ValueError, KeyError, TypeError):  # no report: the one line it ended with
+                verdicts = said
+            worst = max(worst, m["peak_pss_mb"])
+            print(f"| {label} | {engine} | {m['wall_s']} s | {m['peak_pss_mb']:.0f} MB | {m['peak_rss_mb']:.0f} MB | "
+                  f"{max(m['process_peaks_mb'].values(), default=0)} MB | {m['exit']} | {verdicts} |", flush=True)
+    print(f"\nhighest summed Pss: {worst:.0f} MB ({'every check under 1 GB' if worst < 1024 else 'OVER 1 GB'})\n")
 
 
 def naive_comparison(py: str, root: Path, tg: dict) -> None:

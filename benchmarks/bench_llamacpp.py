@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_check import drafter, measure_tree, write_sparse_safetensors
+from bench_check import drafter, measure_tree, weighted_target
 
 REPO = Path(__file__).resolve().parents[1]
 DRAFT = REPO / "fixtures" / "drafts" / "specforge"
@@ -84,31 +84,6 @@ def conversion(runs: int = 3) -> None:
     print(f"conversion of {DRAFT.name} (median of {runs}, after one warm-up each): fresh process {fresh:.2f} s, "
           f"forked from the converter's server {forked:.2f} s: {fresh / forked:.0f}x (the server's own start, paid "
           f"once per engine worker: {r['fork_server_start_s']:.1f} s)")
-
-
-def weighted_target(directory: Path, *, hidden=4096, vocab=128256, heads=32, kv_heads=8, inter=14336) -> None:
-    """A Llama-3.1-8B-shaped target whose file holds what llama.cpp converts of it: its vocabulary tensors and its
-    first layer (zeros, sparse; norms ones); its config says 32 layers."""
-    import torch
-
-    directory.mkdir(parents=True)
-    head_dim = hidden // heads
-    layer = {"self_attn.q_proj.weight": [heads * head_dim, hidden], "self_attn.k_proj.weight": [kv_heads * head_dim,
-             hidden], "self_attn.v_proj.weight": [kv_heads * head_dim, hidden],
-             "self_attn.o_proj.weight": [hidden, heads * head_dim], "mlp.gate_proj.weight": [inter, hidden],
-             "mlp.up_proj.weight": [inter, hidden], "mlp.down_proj.weight": [hidden, inter],
-             "input_layernorm.weight": [hidden], "post_attention_layernorm.weight": [hidden]}
-    tensors = {f"model.layers.0.{k}": (v, "bfloat16") for k, v in layer.items()}
-    tensors.update({"model.embed_tokens.weight": ([vocab, hidden], "bfloat16"),
-                    "lm_head.weight": ([vocab, hidden], "bfloat16"), "model.norm.weight": ([hidden], "bfloat16")})
-    ones = torch.ones(hidden, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()
-    write_sparse_safetensors(directory / "model.safetensors", tensors,
-                             {k: ones for k in tensors if k.endswith("norm.weight")})
-    config = json.loads((TARGET / "config.json").read_text())
-    config.update(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=32, num_attention_heads=heads,
-                  num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=vocab, max_position_embeddings=131072,
-                  dtype="bfloat16")
-    (directory / "config.json").write_text(json.dumps(config))
 
 
 def real_size(root: Path) -> None:

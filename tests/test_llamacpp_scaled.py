@@ -31,8 +31,7 @@ def _randomised(folder):
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     sys.path.insert(0, str(FIXTURES.parent / "benchmarks"))
-    from bench_check import drafter
-    from bench_llamacpp import weighted_target
+    from bench_check import drafter, weighted_target
 
     root = tmp_path_factory.mktemp("scalable")
     drafter(root / "draft", hidden=256, vocab=1000, draft_vocab=200, heads=8, kv_heads=2, inter=512,

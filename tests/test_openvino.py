@@ -207,3 +207,22 @@ def test_convert_writes_the_copy_and_the_ir_genai_serves_as_trained(tmp_path, ca
     assert re.search(r'<hidden_layers_list value="1 3 4"', ir), "the trainer's ids in the IR's rt_info"
     assert {r["contract"]: r["status"] for r in doc["results"]}["hidden-width"] == "pass"
     assert all(r["status"] != "fail" for r in doc["results"]), doc["results"]
+
+
+def test_a_config_only_target_is_not_judged_where_the_exporter_needs_its_weights_not_an_input_error(capsys):
+    """A target given as its config alone is valid input (SGLang and vLLM judge every contract on it); the exporter
+    cannot export it, so the pair's contracts are not judged in its words, and the draft's own are judged (it was
+    exit 2, "no weights", from this suite's size bound)."""
+    import json
+
+    from conftest import FIXTURES
+
+    from contracts.cli import main
+
+    code = main(["check", str(DRAFTS["specforge"]), "--target", str(FIXTURES / "targets" / "qwen3-tiny-config"),
+                 "--engine", OPENVINO, "--format", "json", "--allow-not-judged"])
+    by = {r["contract"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert code in (0, 1)
+    assert by["key-naming"]["status"] == "pass"
+    assert by["forward-parity"]["status"] == "skip"
+    assert "optimum-intel's exporter refused the target" in by["forward-parity"]["summary"]

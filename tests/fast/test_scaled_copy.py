@@ -23,8 +23,7 @@ sys.path.insert(0, str(FIXTURES.parent / "benchmarks"))
 def real_size(tmp_path_factory):
     """A Llama-3.1-8B-sized SpecForge drafter and a target of its shape holding its vocabulary tensors and first
     layer, sparse (zeros) on disk."""
-    from bench_check import drafter
-    from bench_llamacpp import weighted_target
+    from bench_check import drafter, weighted_target
 
     root = tmp_path_factory.mktemp("real-size")
     drafter(root / "draft", hidden=4096, vocab=128256, draft_vocab=32000, heads=32, kv_heads=8, inter=14336,
