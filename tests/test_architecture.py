@@ -154,7 +154,7 @@ FLOORS = [
               "contracts.observations_wiring", "contracts.registry", "contracts.report", "contracts.refusals",
               "contracts.renames", "contracts.conventions", "contracts.fingerprint", "contracts.manifest",
               "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec", "contracts.engine_profile", "contracts.trainer_profile",
-              "contracts.trainer_forms")},
+              "contracts.trainer_forms", "contracts.memory")},
     # making an engine's or a trainer's environment: below both (a build or a probe runs there as a process of its own)
     {"environments": ("contracts.environments",)},
     {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
