@@ -60,7 +60,24 @@ def trainer_code_digest(distribution: str) -> str:
         info = json.loads(direct)
         if info.get("dir_info", {}).get("editable"):
             return "editable:" + _tree_digest(Path(unquote(urlparse(info["url"]).path)))
-    return "record:" + hashlib.sha256((dist.read_text("RECORD") or "").encode()).hexdigest()
+    return "record:" + hashlib.sha256("\n".join(_record_lines(dist.read_text("RECORD") or "")).encode()).hexdigest()
+
+
+# RECORD entries that differ between two installs of one wheel: the installer's own marks, and the scripts it writes
+# outside the package ("../../../bin/..."), whose shebang names each environment's interpreter: counted, one CI run
+# after another trained the converged draft again with the same trainer code
+INSTALL_MARKS = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")
+
+
+def _record_lines(record: str) -> list[str]:
+    """The RECORD's entries for the package's own files (path, hash, size), sorted; compiled bytecode left out."""
+    keep = []
+    for line in record.splitlines():
+        path = line.split(",", 1)[0]
+        if not path or path.startswith("..") or path.endswith(".pyc") or path.rsplit("/", 1)[-1] in INSTALL_MARKS:
+            continue
+        keep.append(line)
+    return sorted(keep)
 
 
 def _cpu_flags() -> str:

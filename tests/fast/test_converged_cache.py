@@ -92,3 +92,15 @@ def test_a_kept_build_is_reused_as_kept_and_a_damaged_one_is_not(tmp_path, monke
     (tmp_path / "envs" / "converged-builds" / "k1" / "draft" / "model.safetensors").write_bytes(b"damaged")
     assert converged_cache.reuse("k1", tmp_path / "third") is None
     assert not (tmp_path / "third").exists()
+
+
+def test_two_installs_of_one_wheel_have_one_trainer_digest():
+    """What differs between two environments' installs of the same wheel (the console script's shebang names each
+    environment's interpreter, the installer's marks) is not the trainer's code: counted, each CI run trained again."""
+    package = "faketrainer/__init__.py,sha256=abc,20\nfaketrainer-1.0.dist-info/METADATA,sha256=def,60\n"
+    first = package + ("../../../bin/faketrainer,sha256=one,200\nfaketrainer-1.0.dist-info/INSTALLER,sha256=uv,2\n"
+                       "faketrainer-1.0.dist-info/RECORD,,\nfaketrainer/__pycache__/__init__.cpython-311.pyc,,\n")
+    second = ("faketrainer-1.0.dist-info/INSTALLER,sha256=pip,3\n../../../bin/faketrainer,sha256=two,210\n"
+              + package + "faketrainer-1.0.dist-info/REQUESTED,,\n")
+    assert converged_cache._record_lines(first) == converged_cache._record_lines(second)
+    assert converged_cache._record_lines(package.replace("abc", "abd")) != converged_cache._record_lines(package)
