@@ -93,6 +93,12 @@ class TensorInfo:
     def numel(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the tensor holds (its dtype's width times its elements)."""
+        tag = next((t for t, name in SAFETENSORS_DTYPES.items() if name == self.dtype), None)
+        return self.numel * DTYPE_BYTES.get(tag, 4) if tag else self.numel * 4
+
 
 def read_json(path: Path, what: str, shadowed: list | None = None) -> dict:
     """A JSON object as Python's ``json`` (and so transformers and the engines) reads it: a key given twice keeps

@@ -103,6 +103,11 @@ def compare_file_tensors(a: tuple[Path, str], b: tuple[Path, str], as_dtype: str
             "first_differing_row": first, "max_abs_diff": max_abs}
 
 
+def files_equal(cmp: dict) -> bool:
+    """A ``compare_file_tensors`` answer: the two tensors are equal (same shape, no row differs)."""
+    return bool(cmp["comparable"] and not cmp["rows_differing"])
+
+
 PRECISION = {"float8_e4m3fn": 0, "float8_e5m2": 0, "bfloat16": 1, "float16": 2, "float32": 3, "float64": 4}
 
 

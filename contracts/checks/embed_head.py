@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from contracts.checks.evidence import engine_label
 from contracts.config_facts import trained_embedding_frozen
-from contracts.fingerprint import coarser, compare_file_tensors, file_chunks, fingerprint, first_differing_rows
+from contracts.fingerprint import (coarser, compare_file_tensors, file_chunks, files_equal, fingerprint,
+                                  first_differing_rows)
 from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
 CID = "embed-head"
@@ -73,7 +74,7 @@ def _same_as_target_head(obs, ckpt, target, ckpt_head: str, h_ev: dict) -> bool:
         return False
     cmp = _against_target(ckpt, ckpt_head, target, keys[0])
     h_ev["checkpoint_vs_target"] = cmp
-    return _equal(cmp)
+    return files_equal(cmp)
 
 
 def _file_fingerprint(ckpt, key: str, like: dict) -> dict:
@@ -149,10 +150,10 @@ def check_embed_head(subject: SubjectView) -> Result:
             tkey = obs.embed.written_by[0]
             cmp = _against_target(ckpt, ckpt_embed, target, tkey)
             e_ev["checkpoint_vs_target"] = cmp
-            if not _equal(cmp) and frozen:  # the saved one was never trained
+            if not files_equal(cmp) and frozen:  # the saved one was never trained
                 e_ev["checkpoint_embedding_unused"] = (f"{_differs(cmp)}; {frozen}, and {engine_label(obs.engine)} "
                                                        f"serves the target's: as trained")
-            elif not _equal(cmp):
+            elif not files_equal(cmp):
                 detail = _differs(cmp)
                 via = _via(obs, "embed")
                 problems.append(f"the checkpoint's `{ckpt_embed}` is not the target's embedding ({detail}), but the "
@@ -258,10 +259,6 @@ def _against_target(ckpt, key: str, target, target_key: str) -> dict:
     return compare_file_tensors(a, b, coarser(ckpt.tensors[key].dtype, target.tensors[target_key].dtype))
 
 
-def _equal(cmp: dict) -> bool:
-    return bool(cmp["comparable"] and not cmp["rows_differing"])
-
-
 def _differs(cmp: dict) -> str:
     if not cmp["comparable"]:
         return f"shape {cmp['shapes'][0]} vs the target's {cmp['shapes'][1]}"
@@ -280,7 +277,7 @@ def _own_embedding_not_trained(obs, ckpt, target, ckpt_embed: str, frozen: str, 
         return
     cmp = _against_target(ckpt, ckpt_embed, target, tkey)
     e_ev["checkpoint_vs_target"] = cmp
-    if _equal(cmp):
+    if files_equal(cmp):
         return
     label = engine_label(obs.engine)
     problems.append(f"{label} serves the checkpoint's `{ckpt_embed}`, which is not the target's embedding "

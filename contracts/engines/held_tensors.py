@@ -26,6 +26,24 @@ def meta_vocab_bytes() -> int:
     return int(float(os.environ.get("EAGLE3_CONTRACTS_META_VOCAB_MB", META_VOCAB_BYTES / (1 << 20))) * (1 << 20))
 
 
+def vocab_on_meta(ckpt, keys) -> bool:
+    """Whether the target's vocabulary tensors KEYS (in checkpoint CKPT) pass ``meta_vocab_bytes``."""
+    return sum(ckpt.tensors[k].nbytes for k in keys) > meta_vocab_bytes()
+
+
+def load_on_meta(tracer, ckpt, keys, fates) -> tuple[str | None, dict]:
+    """The target's own ``load_weights`` of KEYS traced on ``meta`` (TRACER: the engine's load tracer of the target,
+    its vocabulary parameters still on ``meta``; the copy regions its weight loaders write are counted, no values).
+    Returns (the load's error, target parameter -> (file, key) for each parameter it wrote whole from one file
+    tensor: the values it would hold)."""
+    import torch
+
+    error = tracer.load(((k, torch.empty(ckpt.tensors[k].shape, dtype=getattr(torch, ckpt.tensors[k].dtype),
+                                         device="meta")) for k in keys), fates)
+    return error, {c.param: (ckpt.path / ckpt.tensors[k].file, k) for k, fate in fates.items() for c in fate.calls
+                   if c.error is None and tracer.meta_written.get(c.param, 0) >= ckpt.tensors[k].numel}
+
+
 def _holds(module, param) -> bool:
     """MODULE's weight is PARAM itself (not a copy)."""
     return getattr(module, "weight", None) is param

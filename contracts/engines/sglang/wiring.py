@@ -23,7 +23,7 @@ from contracts.checkpoint import Checkpoint
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError, raised_by_engine
 from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM, build_model, load_traced, tracer
-from contracts.engines.held_tensors import held, materialise, meta_vocab_bytes
+from contracts.engines.held_tensors import held, load_on_meta, materialise, vocab_on_meta
 from contracts.observations import TensorFate
 from contracts.observations_wiring import WiringObservation
 
@@ -62,32 +62,20 @@ def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, st
     traced on ``meta`` (the copy regions SGLang's weight loaders write, counted; no values), and the wiring is
     handed storage-free stand-ins (``held_tensors.stand_in``): SGLang's wiring moves parameter objects and never
     reads their values, and a parameter its loader wrote whole from one file tensor holds that tensor's values."""
-    import torch
-
     ckpt = Checkpoint.open(target_dir, require_weights=False, role="target")
     if not ckpt.has_weights:
         return False, {}, None, {}
     keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)]
     fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
-    on_meta = sum(ckpt.tensors[k].numel * torch.tensor([], dtype=getattr(torch, ckpt.tensors[k].dtype)).element_size()
-                  for k in keys) > meta_vocab_bytes()
     vocab = _vocab_params(target)
-    if not on_meta:
+    if not vocab_on_meta(ckpt, keys):
         for p in vocab:
             materialise(target, p)
         error = tracer(target).load(((k, ckpt.load_tensor(k)) for k in keys), fates)
         return True, {k: f.reached for k, f in fates.items()}, error, {}
-    traced = tracer(target)
-    error = traced.load(((k, torch.empty(ckpt.tensors[k].shape, dtype=getattr(torch, ckpt.tensors[k].dtype),
-                                         device="meta")) for k in keys), fates)
+    error, from_file = load_on_meta(tracer(target), ckpt, keys, fates)
     for p in vocab:
         materialise(target, p, lazily=True)
-    from_file = {}
-    for k, fate in fates.items():
-        whole = [c.param for c in fate.calls if c.error is None and
-                 traced.meta_written.get(c.param, 0) >= ckpt.tensors[k].numel]
-        for name in whole:
-            from_file[name] = (ckpt.path / ckpt.tensors[k].file, k)
     return True, {k: f.reached for k, f in fates.items()}, error, from_file
 
 

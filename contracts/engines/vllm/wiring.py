@@ -22,7 +22,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError, raised_by_engine
-from contracts.engines.held_tensors import held, materialise, meta_vocab_bytes, stand_in
+from contracts.engines.held_tensors import held, load_on_meta, materialise, stand_in, vocab_on_meta
 from contracts.engines.scaling import estimated_elements
 from contracts.engines.vllm.context import engine_version, on_device
 from contracts.engines.vllm.loader import EMBED_PARAM, HEAD_PARAM, LoadTracer, engine_map, load_traced
@@ -82,17 +82,11 @@ def _load_target_vocab_tensors(target, target_dir: Path) -> tuple[bool, dict, st
 
     ckpt = Checkpoint.open(target_dir, require_weights=False, role="target")
     keys = [k for k in ckpt.tensors if k.endswith(TARGET_KEY_SUFFIXES)] if ckpt.has_weights else []
-    on_meta = sum(ckpt.tensors[k].numel * torch.tensor([], dtype=getattr(torch, ckpt.tensors[k].dtype)).element_size()
-                  for k in keys) > meta_vocab_bytes()
     fates = {k: TensorFate(key=k, shape=list(ckpt.tensors[k].shape), dtype=ckpt.tensors[k].dtype) for k in keys}
-    if on_meta and all(p.is_meta for p in _vocab_params(target)):
-        traced = LoadTracer(target)
-        error = traced.load(((k, torch.empty(ckpt.tensors[k].shape, dtype=getattr(torch, ckpt.tensors[k].dtype),
-                                              device="meta")) for k in keys), fates)
+    if vocab_on_meta(ckpt, keys) and all(p.is_meta for p in _vocab_params(target)):
+        error, from_file = load_on_meta(LoadTracer(target), ckpt, keys, fates)
         for p in _vocab_params(target):
             materialise(target, p, lazily=True)
-        from_file = {c.param: (ckpt.path / ckpt.tensors[k].file, k) for k, fate in fates.items() for c in fate.calls
-                     if c.error is None and traced.meta_written.get(c.param, 0) >= ckpt.tensors[k].numel}
         return True, {k: f.reached for k, f in fates.items()}, error, from_file
     for p in _vocab_params(target):
         if p.is_meta:
@@ -113,7 +107,7 @@ def _equal_by_file(draft, ckpt, fates, target, target_from_file: dict) -> dict:
     compare (``torch.equal``) stand-ins that agree as the loaded tensors would: its code still takes the decision.
     Returns draft parameter name -> its constant (a draft tensor no file wrote whole keeps the NaN that equals
     nothing)."""
-    from contracts.fingerprint import compare_file_tensors
+    from contracts.fingerprint import compare_file_tensors, files_equal
 
     target_params = dict(target.named_parameters(remove_duplicate=False))
     files = {("target", n): where for n, where in target_from_file.items() if n in target_params}
@@ -127,7 +121,7 @@ def _equal_by_file(draft, ckpt, fates, target, target_from_file: dict) -> dict:
     value: dict = {}
     for who in files:  # equal file tensors share a constant (equality is transitive: one comparison per class)
         same = next((other for other in value if shape[other] == shape[who] and
-                     _equal(compare_file_tensors(files[other], files[who], dtype))), None)
+                     files_equal(compare_file_tensors(files[other], files[who], dtype))), None)
         value[who] = value[same] if same is not None else float(len(set(value.values())))
     replaced: dict = {}  # one stand-in per target parameter object (a tied target keeps one object in both places)
     for n, param in target_params.items():
@@ -138,10 +132,6 @@ def _equal_by_file(draft, ckpt, fates, target, target_from_file: dict) -> dict:
         if weight is not None and id(weight) in replaced:
             module.weight = replaced[id(weight)]
     return {n: v for (side, n), v in value.items() if side == "draft"}
-
-
-def _equal(cmp: dict) -> bool:
-    return bool(cmp["comparable"] and not cmp["rows_differing"])
 
 
 @contextlib.contextmanager
