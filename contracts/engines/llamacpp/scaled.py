@@ -217,7 +217,3 @@ def scaled_pair(draft_dir: Path, target_dir: Path, scale: Scale, out: Path) -> t
     names = {n for n in target.tensors if not later_layer(n)}
     return (write_copy(draft_dir, out / "draft", scale),
             write_copy(target_dir, out / "target", scale, names=names))
-
-
-def numel(shape) -> int:
-    return math.prod(int(d) for d in shape)
