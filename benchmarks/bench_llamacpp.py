@@ -9,7 +9,7 @@ noisy: compare within a run only).
               128256, draft vocab 32000; sparse safetensors, zeros) beside a target of its real shape whose file
               holds its vocabulary tensors and first layer (sparse too): wall time and the peaks of the process
               tree's summed Pss and summed RSS (the check, its engine worker, the fork server and its children),
-              sampled every 20 ms; llama.cpp is given the scaled copy (``contracts.engines.llamacpp.scaled``)
+              sampled every 20 ms; llama.cpp is given the scaled copy (``contracts.engines.scaled``)
 
     python benchmarks/bench_llamacpp.py [--only conversion,real-size] [--keep DIR]   (tox -e bench-llamacpp)
 """

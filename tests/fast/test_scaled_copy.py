@@ -14,7 +14,8 @@ from conftest import DRAFTS, FIXTURES, TARGET
 from safetensors.torch import save_file
 
 from contracts.checkpoint import Checkpoint, tensor_rows
-from contracts.engines.llamacpp import scaled
+from contracts.engines import scaled
+from contracts.engines.llamacpp.pair import later_layer, pair_bytes, scaled_pair
 
 sys.path.insert(0, str(FIXTURES.parent / "benchmarks"))
 
@@ -32,22 +33,26 @@ def real_size(tmp_path_factory):
     return root / "draft", root / "target"
 
 
+def llamacpp_plan(draft, target):
+    return scaled.plan(draft, target, pair_bytes, target_given=lambda name: not later_layer(name))
+
+
 def test_a_small_pair_is_judged_at_full_size():
-    assert scaled.plan(DRAFTS["specforge"], TARGET) is None
+    assert llamacpp_plan(DRAFTS["specforge"], TARGET) is None
 
 
 def test_a_pair_whose_vocabulary_equals_a_width_is_not_scaled(monkeypatch):
     """The bundled drafts' draft vocabulary (64) is their hidden size: an axis of 64 could be either, so no copy."""
     monkeypatch.setenv("EAGLE3_CONTRACTS_SCALE_ABOVE_MB", "0")
-    assert scaled.plan(DRAFTS["specforge"], TARGET) is None
+    assert llamacpp_plan(DRAFTS["specforge"], TARGET) is None
 
 
 def test_a_real_size_pair_divides_every_width_by_one_factor_and_keeps_the_vocabularies(real_size, tmp_path):
     draft, target = real_size
-    scale = scaled.plan(draft, target)
+    scale = llamacpp_plan(draft, target)
     assert (scale.width, scale.heads, scale.head_dim) == (64, 8, 8)
     assert {32000, 128256} <= scale.kept
-    copy, target_copy = scaled.scaled_pair(draft, target, scale, tmp_path)
+    copy, target_copy = scaled_pair(draft, target, scale, tmp_path)
     shapes = {k: list(t.shape) for k, t in Checkpoint.open(copy).tensors.items()}
     assert shapes["fc.weight"] == [64, 192] and shapes["lm_head.weight"] == [32000, 64]
     assert shapes["d2t"] == [32000] and shapes["t2d"] == [128256]
@@ -63,7 +68,7 @@ def test_a_real_size_pair_divides_every_width_by_one_factor_and_keeps_the_vocabu
 
 
 def test_what_is_read_back_is_in_the_checkpoints_numbers(real_size):
-    scale = scaled.plan(*real_size)
+    scale = llamacpp_plan(*real_size)
     assert scale.up_shape([192, 64]) == [12288, 4096]
     assert scale.up_shape([32000, 64]) == [32000, 4096]  # a vocabulary axis stays
     line = "check_tensor_dims: tensor 'fc.weight' has wrong shape; expected   192,    64, got   128,    64,     1,     1"

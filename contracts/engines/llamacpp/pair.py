@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
-from contracts.engines.llamacpp.scaled import later_layer, plan, scaled_pair
+from contracts.engines.scaled import plan, write_copy
 
 # the GGUF tensor a loader error names ("check_tensor_dims: tensor 'output.weight' has wrong shape; ...")
 LOADER_TENSOR = re.compile(r"tensor '([^']+)'")
+LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 POSITIONS = 64  # positions one replay may use (a reference holds 8; the draft context's logits buffer is this many
 # rows of the whole vocabulary: 35 MB at 128256)
 # the target converted in its own dtype, so its embedding and head are its values exactly
@@ -97,7 +98,8 @@ def pair(draft_dir, target_dir) -> Pair:
     if key in _pairs:
         return _pairs[key]
     folder = Path(tempfile.mkdtemp(prefix="pair-", dir=_folder()))
-    scale = plan(draft_dir, target_dir)  # a real-size pair: llama.cpp is given a copy at a fraction of its widths
+    # a real-size pair: llama.cpp is given a copy at a fraction of its widths
+    scale = plan(draft_dir, target_dir, pair_bytes, target_given=lambda name: not later_layer(name))
     given_draft, given_target = (draft_dir, target_dir) if scale is None else \
         scaled_pair(draft_dir, target_dir, scale, folder / "scaled")
     target_key = (str(target_dir), key[3], scale)
@@ -126,6 +128,36 @@ def pair(draft_dir, target_dir) -> Pair:
     while len(_pairs) > KEEP:  # a sweep judges many drafts in one worker: their GGUFs and graphs are not all kept
         _pairs.pop(next(iter(_pairs))).close()
     return made
+
+
+def later_layer(name: str) -> bool:
+    """A tensor of a decoder layer after the first (a target's, which llama.cpp is not given: see
+    ``first_layer_of``)."""
+    found = LAYER_INDEX.search(name)
+    return found is not None and int(found.group(1)) > 0
+
+
+def pair_bytes(draft, target) -> int:
+    """What the pair costs llama.cpp at full size, roughly: the draft as a float32 GGUF, the target's vocabulary
+    tensors and first layer in their own dtype, and the converter's float32 temporaries of the largest tensor (0
+    without the target's weights: no pair is made then)."""
+    if target is None or not target.has_weights:
+        return 0
+    kept = [t for name, t in target.tensors.items() if not later_layer(name)]
+    tensors = list(draft.tensors.values()) + kept
+    return 4 * sum(t.numel for t in draft.tensors.values()) + sum(t.nbytes for t in kept) + \
+        8 * max((t.numel for t in tensors), default=0)
+
+
+def scaled_pair(draft_dir: Path, target_dir: Path, scale, out: Path) -> tuple[Path, Path]:
+    """The copies of DRAFT_DIR and TARGET_DIR (its vocabulary tensors and first layer: what llama.cpp converts of
+    it) at SCALE, in OUT."""
+    from contracts.checkpoint import Checkpoint
+
+    target = Checkpoint.open_target(target_dir, require_weights=True)
+    names = {n for n in target.tensors if not later_layer(n)}
+    return (write_copy(draft_dir, out / "draft", scale),
+            write_copy(target_dir, out / "target", scale, names=names))
 
 
 def _read_back(result: dict, scale) -> dict:

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from contracts.checkpoint import text_config
-from contracts.engines.openvino.export import export, export_target
+from contracts.engines.openvino.export import export_target, full_size
 from contracts.engines.openvino.pipeline import LAYERS_KEY, build, served_layers
 from contracts.engines.openvino.version import engine
 from contracts.observations import AuxCaptureObservation
@@ -37,7 +37,8 @@ def default_layers(n: int) -> list[int]:
 def observe_aux_capture(engine_dir, target_dir, trainer_hf_indices=None, runner=None) -> AuxCaptureObservation:
     target = text_config(json.loads((Path(target_dir) / "config.json").read_text()))
     n_layers, hidden = int(target["num_hidden_layers"]), int(target["hidden_size"])
-    made = export(engine_dir)
+    target_ir = export_target(target_dir)
+    made = full_size(engine_dir)
     written = served_layers(engine_dir, made.ir)
     fc = made.params.get("model.fc.weight")
     obs = AuxCaptureObservation(
@@ -47,7 +48,7 @@ def observe_aux_capture(engine_dir, target_dir, trainer_hf_indices=None, runner=
                          "rule (the draft IR's hidden_layers_list, else {2, N/2, N-3}), which no call exposes"),
         use_aux_hidden_state=True, ids_key=IDS_KEY, wiring=WIRING, fc_in_features=fc[1] if fc else None,
         hf_indices_from="GenAI's transform_hidden_state: id k taps the output of target layer k (hidden_states[k + 1])")
-    pair = build(export_target(target_dir), made.ir, written)
+    pair = build(target_ir, made.ir, written)
     if pair.pipeline is None:
         obs.configure_error = f"OpenVINO GenAI refused the pair: {pair.refusal}"
     else:

@@ -50,12 +50,14 @@ def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
         obs.dispatch_error = (f"optimum-intel's exporter has no EAGLE-3 draft class for {architecture} (it builds "
                               f"{', '.join(eagle3_architectures())} only) and exports the folder as an ordinary model")
         return obs
-    made = export(engine_dir)  # its refusal from here on is the load's (a tensor it cannot place)
+    made = export(engine_dir, scaled=True)  # its refusal from here on is the load's (a tensor it cannot place)
     obs.draft_class = made.draft_class
     obs.is_eagle3_draft = True
-    obs.probed_on = "the checkpoint's own weights"
+    obs.probed_on = "the checkpoint's own weights" if made.scale is None else \
+        f"{made.scale.describe()}: the top-left block of each of the checkpoint's tensors"
     rng = np.random.default_rng(SEED)
     width = int(made.params["model.fc.weight"][1]) if "model.fc.weight" in made.params else 3 * int(config["hidden_size"])
+    width = width if made.scale is None else made.scale.dim(width)  # the IR's own input width
     ids = rng.integers(0, int(made.config.get("vocab_size") or 2), TOKENS)
     hidden = rng.standard_normal((TOKENS, width)).astype("float32")
     # one embedding for every export: the exporter draws a random one where the checkpoint has none (GenAI serves
@@ -65,7 +67,7 @@ def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
     for key, value in candidate_switches.items():
         with config_changed(engine_dir, {key: not value}) as flipped_dir:
             try:
-                flipped = _outputs(export(flipped_dir, keep=False).ir, ids, hidden, embedding)
+                flipped = _outputs(export(flipped_dir, keep=False, scaled=True).ir, ids, hidden, embedding)
             except EngineBuildError as e:
                 obs.switches[key] = {"value": value, "honoured": True, "evidence": f"flipping it changes the build: {e}"}
                 continue

@@ -16,7 +16,7 @@ kept at the runtime's default KV-cache precision (float16 on a CPU).
 from __future__ import annotations
 
 from contracts.engines.errors import EngineBuildError
-from contracts.engines.openvino.export import export, export_target, ir_constants
+from contracts.engines.openvino.export import export_target, full_size, ir_constants
 from contracts.engines.openvino.ir_run import D2T, EMBED, DraftIR
 from contracts.engines.openvino.version import engine
 from contracts.engines.reference import COMPUTE_DTYPE, Replay, chain_steps
@@ -32,7 +32,7 @@ def observe_forward(engine_dir, target_dir, reference_path, runner=None) -> Forw
 
     if reference_path is None:
         return ForwardObservation(engine=engine(), skip_reason="no trainer reference forward given")
-    made = export(engine_dir)
+    made = full_size(engine_dir)
     replay = Replay(engine(), engine_dir, reference_path)
     obs, chain = replay.obs, replay.chain
     obs.engine_dtype, obs.compute_dtype = "float32", COMPUTE_DTYPE

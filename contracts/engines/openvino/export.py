@@ -12,6 +12,11 @@ worker; a model whose files total under ``KEPT_BELOW`` bytes is exported once pe
 are kept in the exporter's environment (``<env>/openvino-exports/``), under a key made of every file's path, size and
 modification time, so a file rewritten in place is exported again. Importing the exporter alone takes 20-30 s on two
 cores: a kept export is served without it. Larger models go into a temporary directory removed at exit.
+
+A draft the exporter would hold more of than a check may take (``exporter_bytes``, counted from the headers and the
+config before anything is allocated: an 8B-sized drafter cost 7.3 GB, a Kimi-K2.5-sized one 15.4 GB) is exported,
+for the observations that ask for it (``scaled=True``), as a copy with every width divided by one factor
+(``contracts.engines.scaled``); what the export reports is multiplied back into the checkpoint's numbers.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.engines.errors import EngineBuildError, TargetBuildError
+from contracts.checkpoint import Checkpoint
+from contracts.engines.errors import EngineBuildError, ReplayError, TargetBuildError
+from contracts.engines.scaled import layer_config, plan, write_copy
 
 _CACHE: dict[str, "Exported"] = {}
 _TARGETS: dict[str, Path] = {}
@@ -37,7 +44,8 @@ NEEDS = re.compile(r"requires the following packages that were not found in your
 _ROOT: list[Path] = []
 KEPT_BELOW = 256 * 2**20  # bytes of model files: smaller exports are kept in the environment between runs
 KEPT = "openvino-exports"
-RECORD_FORM = b"3"  # what a kept export records (3: rename probes, seeded draws); a new form exports again
+RECORD_FORM = b"4"  # what a kept export records (3: rename probes, seeded draws; 4: keyed by content); a new
+# form exports again
 # the largest target exported whole for GenAI's pair: the exporter loads it in float32 (1 GiB at this bound), traces it
 # and writes the IR, about three times that at its peak. Larger targets are not exported here; the contracts judged
 # on the pair say so (a target reduced to what the pair needs is the next step)
@@ -57,6 +65,8 @@ class Exported:
     buffers: list[str] = field(default_factory=list)  # of them, the buffers (d2t, t2d): served only as IR constants
     # for a dropped tensor, the name under which the exporter's own load places it (``RenameProbe`` fields)
     probes: list[dict] = field(default_factory=list)
+    scale: Any = None  # scaled.Scale: the exporter was given a copy at that scale (a real-size draft), else None
+    given: Path | None = None  # the folder exported (the copy when scaled)
 
 
 def scratch_root() -> Path:
@@ -67,10 +77,24 @@ def scratch_root() -> Path:
 
 
 def _key(engine_dir: Path) -> str:
-    """What an export depends on: every file of the folder (path, size, modification time) and the config's bytes."""
-    files = sorted(f for f in engine_dir.resolve().iterdir() if f.is_file())
-    stamp = "\n".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
-    return hashlib.sha256(RECORD_FORM + stamp.encode() + (engine_dir / "config.json").read_bytes()).hexdigest()[:24]
+    """What an export depends on: every file of the folder by name and content where the folder is small enough to be
+    kept (so a copy of a draft in another folder or another clone, as every test and sweep stages one, is served the
+    export its first copy made: each was exported anew, 620 kept exports after a few runs), else by path, size and
+    modification time (a large folder's export is temporary)."""
+    files = sorted((f for f in engine_dir.iterdir() if f.is_file()), key=lambda f: f.name)
+    if sum(f.stat().st_size for f in files) < KEPT_BELOW:
+        stamp = "\n".join(f"{f.name}:{_digest(f)}" for f in files)
+    else:
+        stamp = "\n".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    return hashlib.sha256(RECORD_FORM + stamp.encode()).hexdigest()[:24]
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def settle(made: Path, out: Path) -> Path:
@@ -126,14 +150,45 @@ def exporter_class(architecture: str | None):
     return _CUSTOM_DRAFT_MODEL_MAP.get(architecture)
 
 
-def export(engine_dir, keep: bool = True) -> Exported:
+def exporter_bytes(draft, target=None) -> int:
+    """What optimum-intel's exporter holds of a draft at its peak, roughly: its module in float32 three times over
+    (the load report's model, the export's own load, the traced constants), counting the embedding it builds from
+    the config where the checkpoint holds none (a SpecForge export: the target vocabulary's rows)."""
+    numel = sum(t.numel for t in draft.tensors.values())
+    if not any(name.endswith("embed_tokens.weight") for name in draft.tensors):
+        layer = layer_config(draft.config)
+        vocab, hidden = layer.get("vocab_size"), layer.get("hidden_size")
+        numel += vocab * hidden if isinstance(vocab, int) and isinstance(hidden, int) else 0
+    return 3 * 4 * numel
+
+
+def draft_scale(engine_dir: Path):
+    """The scale ENGINE_DIR is exported at when an observation allows a copy (None: full size)."""
+    return plan(Path(engine_dir), None, exporter_bytes)
+
+
+def full_size(engine_dir) -> Exported:
+    """ENGINE_DIR exported at full size for GenAI's pair with the target (built at the target's own widths); a draft
+    judged on a scaled copy is not built into a pair here: ``ReplayError`` before anything is allocated."""
+    scale = draft_scale(Path(engine_dir))
+    if scale is not None:
+        raise ReplayError(f"OpenVINO GenAI's pair is built here on the draft exported at full size, and this draft is "
+                          f"beyond what a check may hold in the exporter (about "
+                          f"{exporter_bytes(Checkpoint.open(Path(engine_dir))) >> 20} MB in float32): it is judged on "
+                          f"{scale.describe()}, which no full-size target pairs with")
+    return export(engine_dir)
+
+
+def export(engine_dir, keep: bool = True, scaled: bool = False) -> Exported:
     """The exporter's IR of ENGINE_DIR and its load report (raises ``EngineBuildError`` with the exporter's own words
-    when it refuses the directory); KEEP false: never kept between runs (a probe's passing copy)."""
+    when it refuses the directory); KEEP false: never kept between runs (a probe's passing copy); SCALED: a draft
+    beyond what a check may hold is exported as a scaled copy (never kept), its report in the checkpoint's numbers."""
     engine_dir = Path(engine_dir)
-    key = _key(engine_dir)
+    scale = draft_scale(engine_dir) if scaled else None
+    key = _key(engine_dir) + ("" if scale is None else f"-scaled-{scale.width}")
     if key in _CACHE:
         return _CACHE[key]
-    out = _home(engine_dir, key) if keep else scratch_root() / key
+    out = _home(engine_dir, key) if keep and scale is None else scratch_root() / key
     record = out / "eagle3-contracts-export.json"
     if record.is_file():
         _CACHE[key] = Exported(**{**json.loads(record.read_text()), "ir": out})
@@ -143,7 +198,9 @@ def export(engine_dir, keep: bool = True) -> Exported:
     from optimum.intel.openvino.configuration import OVConfig
     from transformers import AutoModelForCausalLM
 
-    config = _config(engine_dir)
+    given = engine_dir if scale is None else \
+        write_copy(engine_dir, Path(tempfile.mkdtemp(prefix=f"{key}-copy-", dir=scratch_root())) / engine_dir.name, scale)
+    config = _config(given)
     architecture = (getattr(config, "architectures", None) or [None])[0]
     classes = exporter_class(architecture)
     if classes is not None:
@@ -153,16 +210,17 @@ def export(engine_dir, keep: bool = True) -> Exported:
     try:
         torch.manual_seed(0)  # a parameter no tensor writes is drawn the same way by every export (a flip changes only
         # what the switch changes)
-        model, info = AutoModelForCausalLM.from_pretrained(str(engine_dir), config=config, trust_remote_code=True,
+        model, info = AutoModelForCausalLM.from_pretrained(str(given), config=config, trust_remote_code=True,
                                                            output_loading_info=True)
         draft_class = type(model).__name__
-        params = {name: list(t.shape) for name, t in model.state_dict().items()}
+        params = {name: list(t.shape) if scale is None else scale.up_shape(t.shape)
+                  for name, t in model.state_dict().items()}
         buffers = sorted(name for name, _ in model.named_buffers())
         del model
-        probes = _rename_probes(engine_dir, config, info) if info.get("unexpected_keys") else []
+        probes = _rename_probes(given, config, info) if info.get("unexpected_keys") else []
         made = scratch_for(out)
         torch.manual_seed(0)
-        main_export(model_name_or_path=str(engine_dir), output=str(made), task="text-generation-with-past",
+        main_export(model_name_or_path=str(given), output=str(made), task="text-generation-with-past",
                     trust_remote_code=True, ov_config=OVConfig(dtype="fp32"))
     except ImportError as e:  # a module the exporter's path imports, missing here: the environment's to add
         needed = NEEDS.search(str(e))
@@ -171,15 +229,20 @@ def export(engine_dir, keep: bool = True) -> Exported:
         first = needed.group(1).split(",")[0].strip()
         raise ModuleNotFoundError(f"No module named '{first}' ({e})", name=first) from None
     except Exception as e:  # noqa: BLE001  (the exporter stopped: its refusal, in its words)
-        raise EngineBuildError(f"optimum-intel's exporter refused this draft: {type(e).__name__}: {e}"
-                               + _mismatched(engine_dir, config, e)) from None
+        words = f"{type(e).__name__}: {e}" + _mismatched(given, config, e)
+        raise EngineBuildError("optimum-intel's exporter refused this draft: "
+                               + (words if scale is None else scale.up_shapes_in(words))) from None
+    built = json.loads(config.to_json_string())
+    mismatched = sorted(str(m) for m in info.get("mismatched_keys", []))
     exported = Exported(ir=out, draft_class=draft_class, architecture=architecture,
-                        config=json.loads(config.to_json_string()),
+                        config=built if scale is None else scale.up_config(built),
                         missing=sorted(map(str, info.get("missing_keys", []))),
                         unexpected=sorted(map(str, info.get("unexpected_keys", []))),
-                        mismatched=sorted(str(m) for m in info.get("mismatched_keys", [])), params=params,
-                        buffers=buffers, probes=probes)
-    (made / record.name).write_text(json.dumps({k: v for k, v in exported.__dict__.items() if k != "ir"}))
+                        mismatched=mismatched if scale is None else [scale.up_shapes_in(m) for m in mismatched],
+                        params=params, buffers=buffers, probes=probes, scale=scale,
+                        given=None if scale is None else given)
+    (made / record.name).write_text(json.dumps({k: v for k, v in exported.__dict__.items()
+                                                if k not in ("ir", "scale", "given")}))
     settle(made, out)
     _CACHE[key] = exported
     return exported
@@ -206,8 +269,7 @@ def _rename_probes(engine_dir: Path, config, info: dict) -> list[dict]:
     written. The exporter decides; a candidate is only a question put to it."""
     from transformers import AutoModelForCausalLM
 
-    from contracts.checkpoint import Checkpoint
-    from contracts.hand_conversion import write_copy
+    from contracts.hand_conversion import write_copy as write_renamed
     from contracts.renames import candidate_names
 
     ckpt = Checkpoint.open(engine_dir)
@@ -226,7 +288,7 @@ def _rename_probes(engine_dir: Path, config, info: dict) -> list[dict]:
     if not renames:
         return []
     with tempfile.TemporaryDirectory(prefix="eagle3-contracts-openvino-probe-", dir=scratch_root()) as tmp:
-        staged = write_copy(engine_dir, json.loads((engine_dir / "config.json").read_text()),
+        staged = write_renamed(engine_dir, json.loads((engine_dir / "config.json").read_text()),
                             Path(tmp) / engine_dir.name, link=True, renames=renames)
         _, again = AutoModelForCausalLM.from_pretrained(str(staged), config=config, trust_remote_code=True,
                                                         output_loading_info=True)
@@ -279,9 +341,6 @@ def export_target(target_dir) -> Path:
 def _within_bound(target_dir: Path) -> None:
     """Refuse, as this suite's limit and before the exporter allocates anything, a target whose weights exceed
     ``TARGET_EXPORT_ELEMENTS`` (counted from the safetensors headers: a Llama-3.1-8B target would take about 96 GB)."""
-    from contracts.checkpoint import Checkpoint
-    from contracts.engines.errors import ReplayError
-
     target = Checkpoint.open(target_dir, require_weights=False, role="target")  # config-only: the exporter decides
     n = sum(t.numel for t in target.tensors.values()) if target.has_weights else 0
     if n > TARGET_EXPORT_ELEMENTS:

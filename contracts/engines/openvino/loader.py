@@ -40,8 +40,9 @@ def observe_load(engine_dir, target_dir=None, runner=None) -> LoadObservation:
 
     engine_dir = Path(engine_dir)
     ckpt = Checkpoint.open(engine_dir)
-    made = export(engine_dir)
+    made = export(engine_dir, scaled=True)
     served = ir_constants(made.ir)
+    given = ckpt if made.given is None else Checkpoint.open(made.given)  # a scaled copy's blocks are what it exported
     tensors, written = [], {}
     for key, info in sorted(ckpt.tensors.items()):
         fate = TensorFate(key=key, shape=list(info.shape), dtype=str(info.dtype))
@@ -50,12 +51,12 @@ def observe_load(engine_dir, target_dir=None, runner=None) -> LoadObservation:
             param = None  # loaded into a buffer the IR never uses: not served
         if param is not None:
             constant = served.get(IR_PREFIX + param)
-            saved = ckpt.load_tensor(key)
+            saved = given.load_tensor(key)
             saved = (saved.float() if saved.is_floating_point() else saved).numpy()
             same = constant is None or (constant.size == saved.size and bool(np.array_equal(
                 constant.reshape(-1).astype(saved.dtype), saved.reshape(-1))))
             fate.calls.append(LoadCall(param=param, error=None if same else "the IR holds other values",
-                                       written=int(saved.size) if same else 0))
+                                       written=info.numel if same else 0))
             written[param] = same
             if param == D2T:
                 fate.side_channel = "hot_token_id"
@@ -69,12 +70,15 @@ def observe_load(engine_dir, target_dir=None, runner=None) -> LoadObservation:
     d2t = served.get(IR_PREFIX + D2T)
     hot = None if d2t is None else [int(i + off) for i, off in enumerate(d2t.reshape(-1).tolist())]
     config_fix = _layer_count_fix(engine_dir, made, target_dir)
-    return LoadObservation(config_fix=config_fix,engine=engine(), draft_class=made.draft_class, config=made.config, model_dtype="float32",
-                           tensors=tensors, params=params, hot_token_id=hot,
-                           probes=[RenameProbe(**p) for p in made.probes],
-                           hot_token_id_dtype=None if d2t is None else str(d2t.dtype),
-                           is_eagle3_draft=made.architecture is not None and made.draft_class.endswith("Eagle3ForCausalLM"),
-                           reads_not_observed="the IR's forward is not run here yet")
+    obs = LoadObservation(config_fix=config_fix, engine=engine(), draft_class=made.draft_class, config=made.config,
+                          model_dtype="float32", tensors=tensors, params=params, hot_token_id=hot,
+                          probes=[RenameProbe(**p) for p in made.probes],
+                          hot_token_id_dtype=None if d2t is None else str(d2t.dtype),
+                          is_eagle3_draft=made.architecture is not None and made.draft_class.endswith("Eagle3ForCausalLM"),
+                          reads_not_observed="the IR's forward is not run here yet")
+    if made.scale is not None:
+        obs.observed_on = f"OpenVINO GenAI's exporter was given {made.scale.describe()} (a real-size draft)"
+    return obs
 
 
 def _layer_count_fix(engine_dir: Path, made, target_dir) -> dict | None:
@@ -93,8 +97,8 @@ def _layer_count_fix(engine_dir: Path, made, target_dir) -> dict | None:
     from contracts.engines.openvino.pipeline import build, served_layers, trained_ids
 
     n = made.config.get("num_hidden_layers")
-    if target_dir is None or not isinstance(n, int) or n <= 1:
-        return None
+    if target_dir is None or not isinstance(n, int) or n <= 1 or made.scale is not None:
+        return None  # (a scaled copy pairs with no full-size target: not observed)
     try:
         target_ir = export_target(target_dir)
     except (EngineBuildError, ReplayError):  # no pair to build here: not observed

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from contracts.checkpoint import text_config
 from contracts.engines.openvino.aux_capture import default_layers
-from contracts.engines.openvino.export import export, export_target, ir_constants
+from contracts.engines.openvino.export import export_target, full_size, ir_constants
 from contracts.engines.openvino.ir_run import D2T, EMBED
 from contracts.engines.openvino.pipeline import build, served_layers, trained_ids
 from contracts.engines.openvino.version import engine
@@ -45,8 +45,8 @@ def _held(param: str, values, written: bool, same_as: str | None) -> HeldTensor:
 
 
 def observe_embed_head(engine_dir, target_dir, runner=None) -> WiringObservation:
-    made = export(engine_dir)
-    target_ir = export_target(target_dir)
+    target_ir = export_target(target_dir)  # (the target's refusal first: it costs nothing of the draft)
+    made = full_size(engine_dir)
     target = text_config(json.loads((Path(target_dir) / "config.json").read_text()))
     pair = build(target_ir, made.ir, served_layers(engine_dir, made.ir))
     if pair.pipeline is None:  # refused for want of layer ids: the embedding does not depend on them

@@ -1,20 +1,21 @@
-"""A real-size pair given to llama.cpp as a copy with every width divided by one factor, the rest kept.
+"""A real-size draft given to an engine as a copy with every width divided by one factor, the rest kept.
 
-Serves every llama.cpp observation of a draft whose pair would not fit the memory a check may take: an 8B-sized
-SpecForge drafter beside its target cost 6.1 GB summed (the converter widening the target's 1 GB bfloat16 embedding
-and head through float32 temporaries, the draft written as a 1.7 GB float32 GGUF, the load probe mapping both again).
-What llama.cpp decides about a draft does not depend on its widths: which tensors its converter maps, renames or
-drops, the ids it writes for ``d2t`` and ``eagle3.target_layers``, the shape its loader demands of each tensor
-relative to the GGUF's metadata, whether its graph takes the target's embedding or head. So the copy divides every
-width (hidden, intermediate, the heads' product) by one factor, the head count and the head dimension each by a
-part of it, and keeps the rest exactly: the tensor names, the vocabularies, ``d2t`` and ``t2d`` whole, the layer
-counts and aux ids, every switch. Each tensor is the top-left block of the real one (read by slices, never whole).
+Serves every observation of a draft (and, on llama.cpp, its target) that would not fit the memory a check may take:
+an 8B-sized SpecForge drafter beside its target cost llama.cpp 6.1 GB summed (its converter widening the target's 1 GB
+bfloat16 embedding and head through float32 temporaries, the draft written as a 1.7 GB float32 GGUF, the load probe
+mapping both again), and OpenVINO GenAI's exporter 7.3 GB (the draft loaded in float32 twice and traced). What an
+engine decides about a draft does not depend on its widths: which tensors its converter or loader maps, renames or
+drops, the ids it writes for ``d2t`` and the aux layers, the shape it demands of each tensor relative to the config,
+whether it takes the target's embedding or head, which switches change its outputs. So the copy divides every width
+(hidden, intermediate, the heads' product) by one factor, the head count and the head dimension each by a part of
+it, and keeps the rest exactly: the tensor names, the vocabularies, ``d2t`` and ``t2d`` whole, the layer counts and
+aux ids, every switch. Each tensor is the top-left block of the real one (read by slices, never whole).
 
-Everything read back from the copy's GGUF is scaled up again (``up``) before a check sees it, so a shape the loader
-refuses reads in the checkpoint's numbers, and the values a check fingerprints are the real tensors' (the converter
+Everything read back from the engine's copy is scaled up again (``up``) before a check sees it, so a shape the engine
+refuses reads in the checkpoint's numbers, and the values a check fingerprints are the real tensors' (a converter
 copies an embedding and a head verbatim). A dimension that is neither a vocabulary nor divisible by the factor is
 kept as it is (a tensor of a shape the config does not explain stays one); where that or a vocabulary could be read
-back as a width, no copy is made and the pair is judged at full size. forward-parity is not judged on a copy.
+back as a width, no copy is made and the draft is judged at full size. forward-parity is not judged on a copy.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,8 +40,8 @@ HEAD_KEYS = ("num_attention_heads", "num_key_value_heads")
 GGUF_WIDTHS = ("embedding_length", "feed_forward_length", "target_hidden_size")
 GGUF_HEADS = ("attention.head_count", "attention.head_count_kv")
 GGUF_HEAD_DIMS = ("attention.key_length", "attention.value_length", "rope.dimension_count")
-LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 TENSOR_DIMS = re.compile(r"(expected|got)\s+([\d,\s]+?)(?=,\s*got|$|\))")
+SHAPE_LIST = re.compile(r"\[(\d+(?:,\s*\d+)*)\]")  # a shape as Python prints it: [64, 256], torch.Size([64, 256])
 
 
 @dataclass(frozen=True)
@@ -77,52 +79,46 @@ class Scale:
         return TENSOR_DIMS.sub(lambda m: m.group(1) + " " + ", ".join(
             str(self.up(int(n))) for n in m.group(2).replace(" ", "").split(",") if n), text)
 
+    def up_shapes_in(self, text: str) -> str:
+        """Every shape Python or torch printed in TEXT ("[64, 256]", "torch.Size([64, 256])") in the checkpoint's
+        numbers."""
+        return SHAPE_LIST.sub(lambda m: "[" + ", ".join(str(self.up(int(n))) for n in m.group(1).split(",")) + "]",
+                              text)
+
+    def up_config(self, config: dict) -> dict:
+        """A config of the copy (what the engine built from it) in the checkpoint's numbers."""
+        return _scale_config(config, self, up=True)
+
     def describe(self) -> str:
         return (f"a copy with every width divided by {self.width} (heads by {self.heads}, head dimension by "
                 f"{self.head_dim}); names, vocabularies, d2t, t2d, layer counts, aux ids and switches kept")
 
 
-def later_layer(name: str) -> bool:
-    """A tensor of a decoder layer after the first (a target's, which llama.cpp is not given: see
-    ``pair.first_layer_of``)."""
-    found = LAYER_INDEX.search(name)
-    return found is not None and int(found.group(1)) > 0
-
-
-def pair_bytes(draft: Checkpoint, target: Checkpoint | None) -> int:
-    """What the pair costs llama.cpp at full size, roughly: the draft as a float32 GGUF, the target's vocabulary
-    tensors and first layer in their own dtype, and the converter's float32 temporaries of the largest tensor."""
-    tensors = list(draft.tensors.values())
-    total = 4 * sum(t.numel for t in tensors)
-    if target is not None:
-        kept = [t for name, t in target.tensors.items() if not later_layer(name)]
-        total += sum(t.numel * _itemsize(t.dtype) for t in kept)
-        tensors += kept
-    return total + 8 * max((t.numel for t in tensors), default=0)
-
-
-def _itemsize(dtype: str) -> int:
-    return {"float32": 4, "int64": 8, "int32": 4, "bool": 1, "uint8": 1, "int8": 1}.get(dtype, 2)
-
-
-def plan(draft_dir: Path, target_dir: Path) -> Scale | None:
-    """The scale for this pair, or None when it is judged at full size (it fits, or no faithful copy exists)."""
+def plan(draft_dir: Path, target_dir: Path | None, cost: Callable[[Checkpoint, Checkpoint | None], int],
+         target_given: Callable[[str], bool] | None = None) -> Scale | None:
+    """The scale an engine is given this draft at, or None when it is judged at full size: COST (what the engine
+    would hold of the draft and the target, in bytes, counted before anything is allocated) fits the bound, or no
+    faithful copy exists. TARGET_GIVEN: the target's tensors the engine is given a copy of too (None: none; the
+    target's config still says which widths are the draft's)."""
     draft = Checkpoint.open(draft_dir)
-    try:
-        target = Checkpoint.open_target(target_dir, require_weights=True)
-    except Exception:  # noqa: BLE001  (no target weights: pair() says so in llama.cpp's terms)
+    target = None
+    if target_dir is not None:
+        try:
+            target = Checkpoint.open_target(target_dir)
+        except Exception:  # noqa: BLE001  (an unreadable target: the engine's wiring says so in its own terms)
+            target = None
+    if cost(draft, target) <= float(os.environ.get("EAGLE3_CONTRACTS_SCALE_ABOVE_MB", BUDGET_MB)) * (1 << 20):
         return None
-    if pair_bytes(draft, target) <= float(os.environ.get("EAGLE3_CONTRACTS_SCALE_ABOVE_MB", BUDGET_MB)) * (1 << 20):
-        return None
-    configs = [_layer_config(json.loads((Path(draft_dir) / "config.json").read_text())),
-               text_config(json.loads((Path(target_dir) / "config.json").read_text()))]
+    configs = [layer_config(draft.config)] + ([text_config(target.config)] if target is not None else [])
+    given = [] if target is None or target_given is None else \
+        [t for name, t in target.tensors.items() if target_given(name)]
     try:
-        return _scale_for(draft, target, configs)
+        return _scale_for(draft, given, configs)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a config without the widths it needs: full size
         return None
 
 
-def _scale_for(draft: Checkpoint, target: Checkpoint, configs: list[dict]) -> Scale | None:
+def _scale_for(draft: Checkpoint, target_tensors: list, configs: list[dict]) -> Scale | None:
     heads = [int(c[k]) for c in configs for k in HEAD_KEYS if isinstance(c.get(k), int)]
     head_dims = [int(c["head_dim"]) if isinstance(c.get("head_dim"), int) else
                  int(c["hidden_size"]) // int(c["num_attention_heads"]) for c in configs]
@@ -134,7 +130,7 @@ def _scale_for(draft: Checkpoint, target: Checkpoint, configs: list[dict]) -> Sc
     products = [int(c[k]) * d for c, d in zip(configs, head_dims) for k in HEAD_KEYS if isinstance(c.get(k), int)]
     if width == 1 or any(w % width or w in vocab for w in widths + products):
         return None  # a width the factor does not divide, or one a vocabulary equals (its axis is then ambiguous)
-    tensors = [t for t in draft.tensors.values()] + [t for n, t in target.tensors.items() if not later_layer(n)]
+    tensors = list(draft.tensors.values()) + list(target_tensors)
     dims = {int(d) for t in tensors for d in t.shape}
     kept = frozenset(d for d in dims if d in vocab or d % width)
     scaled = frozenset(d // width for d in dims | set(widths) if d not in kept)
@@ -149,7 +145,7 @@ def _vocabularies(draft: Checkpoint, configs: list[dict]) -> set[int]:
     return sizes
 
 
-def _layer_config(config: dict) -> dict:
+def layer_config(config: dict) -> dict:
     """The draft's layer config: speculators nest it under ``transformer_layer_config``, with the top level's
     ``target_hidden_size`` beside it."""
     layer = config.get("transformer_layer_config")
@@ -158,19 +154,20 @@ def _layer_config(config: dict) -> dict:
     return config
 
 
-def _scale_config(config: dict, scale: Scale) -> dict:
+def _scale_config(config: dict, scale: Scale, up: bool = False) -> dict:
+    """CONFIG's widths, head counts and head dimension divided by SCALE's factors (UP: multiplied back)."""
     config = json.loads(json.dumps(config))
     for part in (config, config.get("transformer_layer_config"), config.get("text_config")):
         if not isinstance(part, dict):
             continue
         for key in WIDTH_KEYS:
             if isinstance(part.get(key), int):
-                part[key] = part[key] // scale.width
+                part[key] = part[key] * scale.width if up else part[key] // scale.width
         for key in HEAD_KEYS:
             if isinstance(part.get(key), int):
-                part[key] = part[key] // scale.heads
+                part[key] = part[key] * scale.heads if up else part[key] // scale.heads
         if isinstance(part.get("head_dim"), int):
-            part["head_dim"] = part["head_dim"] // scale.head_dim
+            part["head_dim"] = part["head_dim"] * scale.head_dim if up else part["head_dim"] // scale.head_dim
     return config
 
 
@@ -208,12 +205,3 @@ def _block(view, shape: list[int]):
     inner = tuple(slice(0, n) for n in shape[1:])
     return torch.cat([view[a:min(a + step, shape[0])][(slice(None),) + inner].clone()
                       for a in range(0, shape[0], step)]) if shape[0] else view[0:0].clone()
-
-
-def scaled_pair(draft_dir: Path, target_dir: Path, scale: Scale, out: Path) -> tuple[Path, Path]:
-    """The copies of DRAFT_DIR and TARGET_DIR (its vocabulary tensors and first layer: what llama.cpp converts of
-    it) at SCALE, in OUT."""
-    target = Checkpoint.open_target(target_dir, require_weights=True)
-    names = {n for n in target.tensors if not later_layer(n)}
-    return (write_copy(draft_dir, out / "draft", scale),
-            write_copy(target_dir, out / "target", scale, names=names))
