@@ -100,7 +100,7 @@ def measure(draft, target, *, engine: EngineSpec | None = None, tokens: int = 3,
     start = time.perf_counter()
     with ThreadPoolExecutor(1) as pool:  # the trainer's expectation runs while the engine serves
         expected = pool.submit(trainer_expectation, draft, target, options) if expect and temperature == 0 else None
-        done = run_module(python, loop.job, str(draft), str(target), json.dumps(options))
+        done = run_module(python, loop.job, str(draft), str(target), json.dumps(options), engine=loop.release.name)
         expectation = expected.result() if expected is not None else {
             "unavailable": "not asked (--no-expectation)" if not expect else
             "greedy only: at temperature > 0 the draws differ from the engine's, so no like-for-like expectation"}

@@ -183,7 +183,7 @@ def serve_beside(dst: Path, engine: EngineSpec, ids: list[int] | None) -> str | 
 
     job = profile(engine.name).convert_job
     assert job is not None, f"{engine.name} writes nothing beside a copy"
-    done = run_module(environment_for(engine.release()), job, str(dst), json.dumps(ids))
+    done = run_module(environment_for(engine.release()), job, str(dst), json.dumps(ids), engine=engine.name)
     if done.returncode != 0:  # outside the engine's own calls: a defect of this suite, never a verdict
         raise RuntimeError(f"{profile(engine.name).label}'s convert job failed: {last_error(done.stderr)}")
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -80,6 +80,9 @@ class EngineProfile:
     # are byte-identical to its base release's shares that release's row in the compatibility table)
     eagle3_files: str | None = None
     rank: int = 100  # where the engine sits in reports, tables and help texts (lowest first)
+    # environment variables every process of this engine runs with (its worker, its jobs): the engine's own switches
+    # for what a check must not do (OpenVINO's telemetry), never one that changes what the engine computes
+    process_env: tuple[tuple[str, str], ...] = ()
 
     def release_label(self, version: str | None) -> str:
         return f"{self.label} {version}" if version else self.label

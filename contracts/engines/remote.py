@@ -39,13 +39,17 @@ def _abs(path) -> str | None:
     return None if path is None else str(Path(path).resolve())
 
 
-def _package_only() -> tuple[str, dict]:
+def _package_only(engine: str | None = None) -> tuple[str, dict]:
     """A private directory holding a link to this package, and the environment that puts only it on another
-    environment's path: never the directory it is installed in, whose other packages belong to this environment."""
+    environment's path: never the directory it is installed in, whose other packages belong to this environment;
+    with ENGINE's ``process_env``."""
+    from contracts.engine_profile import profile
+
     scratch = tempfile.mkdtemp(prefix="eagle3-contracts-worker-")
     os.symlink(Path(contracts.__file__).resolve().parent, Path(scratch) / "contracts")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=scratch, PYTHONNOUSERSITE="1")
+    env.update(dict(profile(engine).process_env) if engine is not None else {})
     return scratch, env
 
 
@@ -56,10 +60,11 @@ def last_error(stderr: str) -> str:
     return (errors or lines or ["(no output)"])[-1][:400]
 
 
-def run_module(python, module: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+def run_module(python, module: str, *args: str, timeout: float = 900,
+               engine: str | None = None) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGS`` in another release's environment with this package on its path (a one-shot job,
-    e.g. vLLM's serving loop, which sets up process-wide state no worker should share)."""
-    scratch, env = _package_only()
+    e.g. vLLM's serving loop, which sets up process-wide state no worker should share); ENGINE: the engine it runs."""
+    scratch, env = _package_only(engine)
     try:
         return subprocess.run([str(python), "-m", module, *args], capture_output=True, text=True, env=env,
                               cwd=scratch, timeout=timeout)
@@ -149,7 +154,7 @@ class WorkerEngine:
             raise self._failed
         if self._proc is not None:
             return
-        self._scratch, env = _package_only()
+        self._scratch, env = _package_only(self.spec.name)
         self._log = open(Path(self._scratch) / "stderr.log", "w+")  # noqa: SIM115  (kept for the worker's life)
         self._proc = subprocess.Popen([str(self.python), "-m", "contracts.engines.worker", self.adapter], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
