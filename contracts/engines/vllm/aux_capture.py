@@ -346,6 +346,21 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _default_gemm(fc, x):
+    """vLLM's GEMM on its default (GPU) path over FC's shape, on X (releases before ``default_unquantized_gemm``
+    called torch's linear in ``UnquantizedLinearMethod.apply``)."""
+    import torch
+
+    try:
+        from vllm.model_executor.layers.utils import default_unquantized_gemm
+    except ImportError:
+        def default_unquantized_gemm(layer, x, weight, bias=None):
+            return torch.nn.functional.linear(x, weight, bias)
+
+    weight = torch.zeros(int(fc.output_size), int(fc.input_size), dtype=x.dtype)
+    return default_unquantized_gemm(fc, x, weight)
+
+
 def _observe_draft(obs: AuxCaptureObservation, configs, captured, input_ids, draft) -> None:
     """The proposer's step on what the target handed over: ``combine_hidden_states`` (``fc``), then the draft's
     forward; did ``fc`` run?"""
@@ -358,6 +373,17 @@ def _observe_draft(obs: AuxCaptureObservation, configs, captured, input_ids, dra
         obs.draft_forward_error = f"the engine builds {type(draft).__name__} for this draft config, which has no fc"
         return
     obs.fc_in_features = int(fc.input_size) if fc is not None else None
+    if fc is not None and int(captured.shape[-1]) != obs.fc_in_features:
+        # another width than fc's: vLLM's CPU GEMM (packed at load) takes its width from the weight and reads past the
+        # input, corrupting the worker's heap (a draft trained on four aux layers: the worker died, or hung for good
+        # in glibc's malloc lock in about half the runs). The product a deployment computes is the default (GPU)
+        # path's, vLLM's default_unquantized_gemm: asked on one row, its refusal is the draft forward's
+        obs.fc_ran = False
+        try:
+            _default_gemm(fc, captured[:1])
+        except RuntimeError as e:
+            obs.draft_forward_error = f"{type(e).__name__}: {str(e)[:300]}"
+            return
     calls = []
     handle = fc.register_forward_hook(lambda m, i, o: calls.append(int(i[0].shape[-1]))) if fc is not None else None
     finish_loading(draft, configs.draft)
