@@ -105,7 +105,10 @@ def _materialise_small(model) -> None:
     for module in model.modules():
         for name, p in list(module.named_parameters(recurse=False)):
             if p.is_meta and p.numel() <= READ_WHOLE_ELEMENTS:
-                real = torch.nn.Parameter(torch.zeros(p.shape, dtype=p.dtype), requires_grad=p.requires_grad)
+                # of the parameter's own class (vLLM's fused qkv / gate_up parameters serve ``weight_loader`` as a
+                # property of it: a plain Parameter fell back to default_weight_loader, which refused every shard,
+                # and tensor-shapes failed a pristine draft whose config made it large)
+                real = torch.Tensor._make_subclass(type(p), torch.zeros(p.shape, dtype=p.dtype), p.requires_grad)
                 real.__dict__.update(p.__dict__)  # weight_loader and vLLM's parameter attributes
                 setattr(module, name, real)
 
