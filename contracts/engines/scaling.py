@@ -65,6 +65,23 @@ def scale_draft(cfg: dict, target_hidden: int, vocab: int, head_dim: int = 16) -
     return cfg
 
 
+def draft_at_target_vocab(cfg: dict, vocab: int) -> dict:
+    """The draft config as the aux capture builds it beside a small target holding its own weights: as saved, except
+    a vocabulary that would make the build real-size (``tracing.is_real_size``: a config asking for 2,000,000 rows
+    peaked at 1.5 GB) is the target's VOCAB. What the capture observes (the target's hand-over, fc's width, whether
+    fc runs) does not depend on the draft's embedding rows; its input ids are the target's."""
+    from contracts.engines.tracing import config_elements, meta_above
+
+    if config_elements(cfg) <= meta_above():
+        return cfg
+    cfg = json.loads(json.dumps(cfg))
+    layer = cfg["transformer_layer_config"] if isinstance(cfg.get("transformer_layer_config"), dict) else cfg
+    layer["vocab_size"] = vocab
+    if isinstance(cfg.get("draft_vocab_size"), int):
+        cfg["draft_vocab_size"] = min(cfg["draft_vocab_size"], vocab)
+    return cfg
+
+
 def estimated_elements(cfg: dict) -> int:
     """A generous estimate of a model's parameter count from its config: the text decoder (attention, MLP or
     every expert, embeddings and head) plus each sub-config with a width (vision towers: 12 H^2 per layer). Used

@@ -75,7 +75,11 @@ def configured_elements(ckpt: Checkpoint) -> int:
     """What the engine's draft class allocates from the config, whatever the checkpoint holds: the target-vocab
     embedding and the draft-vocab head (a SpecForge export holds neither embedding nor a full head, yet the engine
     builds both), the fusion layer over the aux states and each decoder layer (attention, MLP)."""
-    cfg = ckpt.config
+    return config_elements(ckpt.config)
+
+
+def config_elements(cfg: dict) -> int:
+    """``configured_elements`` of a draft config."""
     layer = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else cfg
 
     def size(key, default=0):
@@ -102,8 +106,11 @@ def choose_device(ckpt: Checkpoint) -> str:
 
 def is_real_size(ckpt: Checkpoint) -> bool:
     """Whether building or loading this draft on CPU could pass the suite's memory bound (``META_ABOVE_ELEMENTS``)."""
-    bound = int(os.environ.get("EAGLE3_CONTRACTS_META_ABOVE_ELEMENTS") or META_ABOVE_ELEMENTS)
-    return max(checkpoint_elements(ckpt), configured_elements(ckpt)) > bound
+    return max(checkpoint_elements(ckpt), configured_elements(ckpt)) > meta_above()
+
+
+def meta_above() -> int:
+    return int(os.environ.get("EAGLE3_CONTRACTS_META_ABOVE_ELEMENTS") or META_ABOVE_ELEMENTS)
 
 
 def iter_for_device(ckpt: Checkpoint, device: str):

@@ -51,7 +51,8 @@ def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
     graph = made.require_graph()
     obs.probed_on = "the checkpoint's own weights" if made.scale is None else \
         f"{made.scale.describe()}: the top-left block of each of the checkpoint's tensors"
-    inputs = _inputs(graph)
+    target_vocab = (target_config or {}).get("vocab_size")
+    inputs = _inputs(graph, target_vocab if isinstance(target_vocab, int) and target_vocab > 0 else None)
     base = _outputs(graph, inputs)
     for key, value in candidate_switches.items():
         flipped, refused = _converted_outputs(made, {key: not value}, f"flip-{key}", inputs)
@@ -85,11 +86,14 @@ def _converted_outputs(made, changes: dict, tag: str, inputs):
         graph.close()
 
 
-def _inputs(graph):
+def _inputs(graph, target_vocab: int | None):
+    """Seeded token ids and target features. The ids are ones a deployment feeds: the target's tokenizer's, below
+    its vocabulary where the draft's config claims a larger one (the embedding the draft looks them up in is the
+    target's: an id past it stopped the replay in GGML's get_rows assert, a verdict about our input, not the draft)."""
     import numpy as np
 
     rng = np.random.default_rng(SEED)
-    return rng.integers(0, graph.n_vocab, TOKENS).astype(np.int32), \
+    return rng.integers(0, min(graph.n_vocab, target_vocab or graph.n_vocab), TOKENS).astype(np.int32), \
         rng.standard_normal((TOKENS, graph.n_embd_enc)).astype(np.float32)
 
 

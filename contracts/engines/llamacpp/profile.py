@@ -19,6 +19,9 @@ PROFILE = EngineProfile(
                            from_source="contracts.engines.llamacpp.tree:unpack_for_environment"),
     pinned="2026.10.11549",
     single_path="llama.cpp is judged on its one speculative loop",
+    # GGML's abort handler attaches gdb to print a backtrace (775 MB beside the worker, and the report's "last words"
+    # were the backtrace's last frame instead of the GGML_ASSERT that stopped it); its own switch turns that off
+    process_env=(("GGML_NO_BACKTRACE", "1"),),
     serving_loop=ServingLoopProfile(
         job="contracts.engines.llamacpp.acceptance",
         path="llama.cpp's server (xllamacpp {version}): the GGUFs its own converter writes, its EAGLE-3 speculative "

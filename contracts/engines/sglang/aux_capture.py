@@ -32,7 +32,7 @@ from contracts.engines.sglang.compat import (
 from contracts.engines.sglang.context import engine_version, ensure_context
 from contracts.engines.sglang.cpu_forward import extend_forward, target_forward, uses_latent_attention
 from contracts.engines.tracing import init_random
-from contracts.engines.scaling import scale_down, scale_draft
+from contracts.engines.scaling import draft_at_target_vocab, scale_down, scale_draft
 from contracts.engines.sglang.registry_cache import register_architectures
 from contracts.observations import AuxCaptureObservation
 
@@ -281,7 +281,7 @@ def observe_aux_capture(draft_dir, target_dir, *, trainer_hf_indices: list[int] 
         tiny_draft = tmp / "draft"
         tiny_draft.mkdir()
         (tiny_draft / "config.json").write_text(json.dumps(
-            draft_cfg if own_weights else scale_draft(draft_cfg, hidden, vocab)))
+            draft_at_target_vocab(draft_cfg, vocab) if own_weights else scale_draft(draft_cfg, hidden, vocab)))
         obs.tiny_target = "the target itself (own weights)" if own_weights else "scaled-down copy of its config (random weights)"
 
         try:

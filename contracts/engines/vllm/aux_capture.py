@@ -30,7 +30,7 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
 from contracts.engines.errors import EngineBuildError, ReplayError, raised_by_engine
-from contracts.engines.scaling import scale_down, scale_draft
+from contracts.engines.scaling import draft_at_target_vocab, scale_down, scale_draft
 from contracts.engines.vllm.context import building, draft_configs, engine_version, on_device
 from contracts.engines.tracing import init_random
 from contracts.engines.vllm.cpu_forward import (CPU_HEAD_DIM, finish_loading, head_dim_of, kernels_missing, one_request,
@@ -217,7 +217,7 @@ def _write_tiny(tmp: Path, target: Checkpoint, target_dir: Path, draft_cfg: dict
     hidden, vocab = int(tiny_text["hidden_size"]), int(tiny_text.get("vocab_size") or 1024)
     tiny_draft = tmp / "draft"
     tiny_draft.mkdir()
-    draft = draft_cfg if own_weights and runs_on_cpu(_layer(draft_cfg)) else \
+    draft = draft_at_target_vocab(draft_cfg, vocab) if own_weights and runs_on_cpu(_layer(draft_cfg)) else \
         scale_draft(draft_cfg, hidden, vocab, head_dim=CPU_HEAD_DIM)
     (tiny_draft / "config.json").write_text(json.dumps(draft))
     return tiny_target, tiny_draft

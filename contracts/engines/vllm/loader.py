@@ -137,15 +137,16 @@ def _keys_named_in(message: str, fates: dict[str, TensorFate]) -> list[str]:
     return sorted(dict.fromkeys(out))[:8]
 
 
-MAP_ROWS = 64  # draft ids per compute_logits call: [rows, target vocab] and its scatter stay ~60 MB at a 128k vocabulary
+MAP_BYTES = 32 << 20  # one compute_logits call's [rows, target vocab] float32: at most 64 rows (a 128k vocabulary),
+# fewer over a larger one (64 rows of a 2,000,000-token vocabulary and their scatter were 1 GB)
 
 
 def engine_map(model) -> list[int] | None:
     """The draft id -> target id map as vLLM's own ``compute_logits`` applies it: the draft head's logits are
     replaced by rows of the identity for one call at a time, so row i of the engine's scattered output peaks at
     draft id i's target id (None: the draft keeps the full vocabulary and maps nothing). In blocks of
-    ``MAP_ROWS`` draft ids: the whole identity and its scatter at a real size (32k draft ids over a 128k-163k
-    vocabulary) would be 20 GB."""
+    draft ids of ``MAP_BYTES`` of logits: the whole identity and its scatter at a real size (32k draft ids over a
+    128k-163k vocabulary) would be 20 GB."""
     import torch
 
     if getattr(model, MAP_PARAM, None) is None:
@@ -166,8 +167,9 @@ def engine_map(model) -> list[int] | None:
     out: list[int] = []
     try:
         with torch.no_grad():
-            for start in range(0, n, MAP_ROWS):
-                stand_in.start, k = start, min(MAP_ROWS, n - start)
+            step = max(1, min(64, MAP_BYTES // (4 * int(vocab))))
+            for start in range(0, n, step):
+                stand_in.start, k = start, min(step, n - start)
                 try:
                     scattered = model.compute_logits(torch.zeros(k, 1))
                 except IndexError:
