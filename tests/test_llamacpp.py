@@ -192,3 +192,17 @@ def test_check_on_llamacpp_exits_1_with_its_own_error_and_writes_nothing_beside_
     assert doc["engine_spec"] == LLAMACPP and doc["path"]["judged"] == "draft-eagle3"
     assert "wrong number of tensors" in doc["results"][0]["summary"]
     assert tree_digest(path) == before and tree_digest(TARGET) == target_before
+
+
+def test_a_config_claiming_a_larger_vocabulary_fails_config_not_the_replay(broken, tmp_path, capsys):
+    """The config probe feeds token ids a deployment feeds (the target's tokenizer's): ids drawn from the draft
+    config's larger vocabulary stopped llama.cpp's replay in GGML's get_rows assert, and the check read that as the
+    engine refusing the draft."""
+    draft = broken("specforge", config={"vocab_size": 4096})
+    out = tmp_path / "report.json"
+    code = main(["check", str(draft), "--target", str(TARGET), "--engine", LLAMACPP, "--only", "config",
+                 "--format", "json", "--output", str(out)])
+    result = json.loads(out.read_text())["results"][0]
+    assert code == 1 and result["status"] == "fail", result
+    assert "vocab_size 4096 differs from the target's 512" in result["summary"], result
+    assert "cannot build" not in result["summary"] and "GGML_ASSERT" not in result["summary"]
