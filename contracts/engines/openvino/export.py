@@ -9,8 +9,8 @@ wrote keeps its random initialisation (MISSING), and the export exits 0. The rep
 (``output_loading_info`` of the same load the exporter makes: its class choice, ``_CUSTOM_DRAFT_MODEL_MAP``, and its
 config rewrite, ``update_config_for_custom_draft_model``); the IR is the exporter's. Each draft is exported once per
 worker; a model whose files total under ``KEPT_BELOW`` bytes is exported once per environment: its IR and load report
-are kept in the exporter's environment (``<env>/openvino-exports/``), under a key made of every file's path, size and
-modification time, so a file rewritten in place is exported again. Importing the exporter alone takes 20-30 s on two
+are kept in the exporter's environment (``<env>/openvino-exports/``), under a key made of every file's name and
+content (``_key``), so a file rewritten in place is exported again and a copy of a draft elsewhere is not. Importing the exporter alone takes 20-30 s on two
 cores: a kept export is served without it. Larger models go into a temporary directory removed at exit.
 
 A draft the exporter would hold more of than a check may take (``exporter_bytes``, counted from the headers and the
