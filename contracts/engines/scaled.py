@@ -30,8 +30,9 @@ from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, text_config
 
-# Above this estimate of what the pair costs llama.cpp's converter and loader (MB), the copy is judged instead;
-# EAGLE3_CONTRACTS_SCALE_ABOVE_MB sets another bound (0: every pair that can be scaled is)
+# Above this estimate of what the engine would hold (MB: each engine's cost rule, llama.cpp's converter and loader with
+# the target, OpenVINO's exporter), the copy is judged instead; EAGLE3_CONTRACTS_SCALE_ABOVE_MB sets another bound (0:
+# every draft that can be scaled is)
 BUDGET_MB = 384
 CHUNK_BYTES = 32 << 20  # rows of a real tensor read at once while its block is copied
 WIDTH_KEYS = ("hidden_size", "intermediate_size", "target_hidden_size")
