@@ -39,6 +39,7 @@ from contracts.engines.scaled import layer_config, plan, write_copy
 
 _CACHE: dict[str, "Exported"] = {}
 _TARGETS: dict[str, Path] = {}
+_DIGESTS: dict[tuple, str] = {}  # (resolved path, size, mtime) -> sha256 of the file's bytes
 # transformers' words when a draft's modeling code (``--trust-remote-code``) imports what this environment lacks
 NEEDS = re.compile(r"requires the following packages that were not found in your environment: ([\w.\-, ]+)")
 _ROOT: list[Path] = []
@@ -90,11 +91,17 @@ def _key(engine_dir: Path) -> str:
 
 
 def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """PATH's sha256, read once per process for each file (its resolved path, size and modification time): ``export``
+    keys the folder on every call, and a flipped-config copy links the same tensors."""
+    real = path.resolve()
+    stamp = (str(real), real.stat().st_size, real.stat().st_mtime_ns)
+    if stamp not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(real, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _DIGESTS[stamp] = h.hexdigest()
+    return _DIGESTS[stamp]
 
 
 def settle(made: Path, out: Path) -> Path:
