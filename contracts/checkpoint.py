@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from contracts.input_bounds import (MAX_DIMENSION, MAX_HEADER_BYTES, BoundError, check_sizes, check_zip_sizes,
-                                    escape, open_regular, read_bounded, short_repr)
+from contracts.input_bounds import (MAX_DIMENSION, MAX_HEADER_BYTES, BoundError, check_sizes, check_vocabulary_map,
+                                    check_zip_sizes, escape, open_regular, read_bounded, short_repr)
 
 # Pickle weight files the engines read when a directory has no safetensors (SGLang's and vLLM's default loaders:
 # ``*.bin``, else ``*.pt``), less the training leftovers their loaders skip (``filter_files_not_needed_for_inference``).
@@ -453,6 +453,10 @@ class Checkpoint:
         tensors: dict[str, TensorInfo] = {}
         for f in files:
             for name, info in _file_tensors(f).items():
+                try:
+                    check_vocabulary_map(name, info.shape, str(f))
+                except BoundError as e:
+                    raise InputError(str(e)) from None
                 if name in tensors:
                     raise InputError(f"{path}: tensor {name!r} appears in both {tensors[name].file} and {f.name}")
                 tensors[name] = info

@@ -34,6 +34,10 @@ SIZE_LIMITS = {
     "head_dim": 1 << 12,
     "num_hidden_layers": 1024,
 }
+# Tensors with one entry per token of a vocabulary (EAGLE-3's draft-to-target and target-to-draft maps): one longer
+# than any vocabulary a config may declare (``SIZE_LIMITS["vocab_size"]``) is no map of a real vocabulary. Each engine
+# reads it whole, and SGLang's ``d2t + arange(len(d2t))`` doubles it: a sparse 1 GiB d2t cost 1.6-4 GB before this.
+VOCABULARY_MAPS = ("d2t", "t2d")
 # An EAGLE-3 draft has one decoder layer (some trainers allow a few); a draft config asking for more than this is
 # no draft an engine would build in useful time (vLLM builds every configured layer: 3000 took 164 s here).
 MAX_DRAFT_LAYERS = 64
@@ -134,6 +138,15 @@ def check_sizes(cfg: dict, where: str, *, draft: bool) -> None:
                           if draft and key == "num_hidden_layers" and value > high else
                           f"this suite's bounds are {low}..{high}")
                 raise BoundError(f"{where}: {name} is {short_repr(value)}: {reason}")
+
+
+def check_vocabulary_map(name: str, shape: tuple, where: str) -> None:
+    """A ``d2t`` / ``t2d`` tensor (``VOCABULARY_MAPS``) no longer than the largest vocabulary a config may declare:
+    else a ``BoundError`` naming the tensor, its length and the limit."""
+    limit = SIZE_LIMITS["vocab_size"]
+    if name.split(".")[-1] in VOCABULARY_MAPS and any(d > limit for d in shape):
+        raise BoundError(f"{where}: tensor {name!r} has shape {short_repr(list(shape))}: a vocabulary map holds one "
+                         f"entry per token, and this suite's bound on a vocabulary is {limit}")
 
 
 def short_repr(value, limit: int = 40) -> str:

@@ -391,6 +391,21 @@ def _safetensors_cases() -> list[Case]:
         h["extra"] = {"dtype": "F32", "shape": [0, 2 ** 63], "data_offsets": [len(d), len(d)]}
         return h, d
 
+    def d2t_past_any_vocabulary(r: Path) -> list[str]:
+        """A 1 GiB d2t (sparse on disk) beside the draft's real tensors: read whole by each engine's loader before."""
+        h, d = _header_and_data()
+        old = h.pop("d2t")
+        begin, end = old["data_offsets"]
+        d = d[:begin] + d[end:]
+        for entry_ in h.values():
+            if "data_offsets" in entry_ and entry_["data_offsets"][0] >= end:
+                entry_["data_offsets"] = [o - (end - begin) for o in entry_["data_offsets"]]
+        h["d2t"] = {"dtype": "I64", "shape": [1 << 27], "data_offsets": [len(d), len(d) + (8 << 27)]}
+        ckpt = with_weights(r, safetensors_bytes(h, d))
+        with (ckpt / "model.safetensors").open("r+b") as f:
+            f.truncate(f.seek(0, 2) + (8 << 27))
+        return ["check", str(ckpt), "--target", str(TARGET)]
+
     def e8m0(h: dict, d: bytes):
         h["scale_inv"] = {"dtype": "F8_E8M0", "shape": [4], "data_offsets": [len(d), len(d) + 4]}
         return h, d + b"\x7f" * 4
@@ -413,6 +428,9 @@ def _safetensors_cases() -> list[Case]:
         Case("st-float-dimension", header_case(entry(first, shape=[1.5])), 2, r"malformed shape \[1\.5\]"),
         Case("st-shape-not-a-list", header_case(entry(first, shape="64")), 2, r"malformed shape '64'"),
         Case("st-zero-size-2^63", header_case(zero_size_huge), 2, r"dimension over this suite's limit of 4294967296"),
+        Case("st-d2t-1gib-sparse", d2t_past_any_vocabulary, 2,
+             r"tensor 'd2t' has shape \[134217728\]: a vocabulary map holds one entry per token, and this suite's "
+             r"bound on a vocabulary is 8388608"),
         Case("st-offsets-reversed", header_case(entry(first, data_offsets=[10, 0])), 2, r"truncated safetensors"),
         Case("st-offsets-one", header_case(entry(first, data_offsets=[0])), 2, r"malformed data_offsets \[0\]"),
         Case("st-offsets-past-end", header_case(entry(big, data_offsets=[0, len(data) + 4096])), 2,
