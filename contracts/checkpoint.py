@@ -368,6 +368,10 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
     return out
 
 
+# dtypes numpy holds as they are (``Checkpoint.load_array`` reads these without torch)
+NUMPY_DTYPES = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32",
+                "float64")
+
 # safetensors file -> tensor names its header gives more than once (the engines read the last entry, as here)
 DUPLICATE_TENSORS: dict[Path, list[str]] = {}
 
@@ -499,6 +503,23 @@ class Checkpoint:
                 return f.get_tensor(name)
         except Exception as e:  # safetensors' own refusal of a file the header check let through
             raise InputError(f"{path}: unreadable safetensors file: {e}") from None
+
+    def load_array(self, name: str):
+        """One tensor as a numpy array, read without torch where numpy holds its dtype: what the checks read of a
+        draft (``d2t``, ``t2d``) in the check's own process, which then never imports torch beside an engine worker
+        that has its own (torch alone is ~220 MB of the summed tree)."""
+        info = self.tensors[name]
+        path = self.path / info.file
+        if path.suffix == ".safetensors" and info.dtype in NUMPY_DTYPES:
+            from safetensors import safe_open
+
+            try:
+                with safe_open(str(path), framework="np") as f:
+                    return f.get_tensor(name)
+            except Exception as e:  # safetensors' own refusal of a file the header check let through
+                raise InputError(f"{path}: unreadable safetensors file: {e}") from None
+        tensor = self.load_tensor(name)
+        return (tensor.float() if tensor.dtype.is_floating_point else tensor).numpy()
 
     def iter_tensors(self):
         """Every tensor, file by file, as (name, tensor)."""

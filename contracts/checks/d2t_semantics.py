@@ -79,16 +79,16 @@ def check_d2t_semantics(subject: SubjectView) -> Result:
     reduced = vocab is not None and draft_vocab is not None and draft_vocab < vocab
     d2t_keys = [t.key for t in obs.tensors if t.side_channel in D2T_CHANNELS]
     d2t_info = ckpt.tensors.get(d2t_keys[-1]) if d2t_keys else None
-    d2t = ckpt.load_tensor(d2t_keys[-1]).flatten().tolist() if d2t_info else None
+    d2t = ckpt.load_array(d2t_keys[-1]).flatten().tolist() if d2t_info else None
     t2d_info = ckpt.tensors.get("t2d")
-    t2d = ckpt.load_tensor("t2d").flatten() if t2d_info is not None else None
+    t2d = ckpt.load_array("t2d").flatten() if t2d_info is not None else None  # numpy: no torch in this process
     hot_raw = obs.hot_token_id  # the engine's own map, as it computed it
     hot = _as_ints(hot_raw) if hot_raw is not None else None
 
     # the trainer's order, where the trainer is known (not guessed from the checkpoint's form)
     trainer = subject.trainer_name
     order = None if subject.trainer_basis[1] else d2t_order(trainer)
-    t2d_ids = t2d.nonzero().flatten().tolist() if t2d is not None and not t2d.dtype.is_floating_point else None
+    t2d_ids = t2d.nonzero()[0].tolist() if t2d is not None and t2d.dtype.kind != "f" else None
     intended, intended_source = None, None
     if subject.intended_ids is not None:
         intended, intended_source = list(subject.intended_ids), "the trainer's recorded selection"
@@ -157,11 +157,11 @@ def check_d2t_semantics(subject: SubjectView) -> Result:
     if t2d is not None and mapped is not None:
         selected = int(t2d.sum())
         t2d_problems = []
-        if vocab is not None and t2d.numel() != vocab:
-            t2d_problems.append(f"t2d has {t2d.numel()} entries, the target vocab {vocab}")
+        if vocab is not None and t2d.size != vocab:
+            t2d_problems.append(f"t2d has {t2d.size} entries, the target vocab {vocab}")
         if draft_vocab is not None and selected != draft_vocab:
             t2d_problems.append(f"t2d selects {selected} target ids, the draft vocab is {draft_vocab}")
-        outside = [(i, h) for i, h in enumerate(mapped) if 0 <= h < t2d.numel() and not bool(t2d[h])]
+        outside = [(i, h) for i, h in enumerate(mapped) if 0 <= h < t2d.size and not bool(t2d[h])]
         if outside:
             t2d_problems.append(f"{len(outside)} engine target(s) are not selected in t2d (first: draft id "
                                 f"{outside[0][0]} → {outside[0][1]})")
