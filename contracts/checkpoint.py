@@ -262,15 +262,20 @@ class _FileRows:
         out = self._read(a, max(a, b))
         return out[::step] if step > 1 else out
 
-    def _read(self, a: int, b: int):
-        import torch
-
+    def raw(self, a: int, b: int) -> bytearray:
+        """Rows A..B as the file stores them (little-endian values of the safetensors dtype ``dtype``)."""
         row = math.prod(self.shape[1:]) if self.shape else 1
-        dtype = getattr(torch, SAFETENSORS_DTYPES[self.dtype])
         data = bytearray((b - a) * row * DTYPE_BYTES[self.dtype])
         with self.path.open("rb", buffering=0) as f:
             f.seek(self.start + a * row * DTYPE_BYTES[self.dtype])
             f.readinto(data)
+        return data
+
+    def _read(self, a: int, b: int):
+        import torch
+
+        dtype = getattr(torch, SAFETENSORS_DTYPES[self.dtype])
+        data = self.raw(a, b)
         values = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
         return values.reshape(b - a, *self.shape[1:]) if self.shape else values
 

@@ -48,16 +48,80 @@ def _dtype(name: str):
 
 def fingerprint(chunks, dtype: str, chunk_rows: int) -> dict:
     """``{"dtype", "rows", "chunk_rows", "digest", "chunks"}``: blake2b of the values cast to DTYPE, per chunk."""
-    import torch
-
     total, parts, rows = hashlib.blake2b(digest_size=16), [], 0
     for chunk in chunks:
-        data = chunk.detach().to("cpu", _dtype(dtype)).contiguous()
-        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes()
+        raw = fingerprint_bytes(chunk, dtype)
         parts.append(hashlib.blake2b(raw, digest_size=8).hexdigest())
         total.update(raw)
-        rows += data.shape[0]
+        rows += chunk.shape[0]
     return {"dtype": dtype, "rows": rows, "chunk_rows": chunk_rows, "digest": total.hexdigest(), "chunks": parts}
+
+
+def file_fingerprint(path: Path, name: str, like: dict) -> dict:
+    """``fingerprint`` of tensor NAME in one weight file, taken as LIKE (another fingerprint: its dtype, rows and
+    chunk rows) was. A safetensors float32 / bfloat16 / float16 tensor cast to one of those is hashed with numpy,
+    so the check's own process never imports torch (~220 MB beside an engine worker that has its own); the bytes
+    are torch's cast (``cast_like_torch``). Anything else, and any chunk holding a NaN (whose payload bits the two
+    libraries round differently), goes through torch."""
+    from contracts.checkpoint import SAFETENSORS_DTYPES, _FileRows, tensor_rows
+
+    rows_view = tensor_rows(path, name)
+    dtype, step = like["dtype"], like["chunk_rows"]
+    if not isinstance(rows_view, _FileRows) or rows_view.dtype not in NUMPY_FLOATS or dtype not in NUMPY_FLOATS.values() \
+            or not rows_view.shape:
+        return fingerprint(file_chunks(path, name, step, like["rows"]), dtype, step)
+    total_rows = rows_view.shape[0] if like["rows"] is None else min(like["rows"], rows_view.shape[0])
+    total, parts, rows = hashlib.blake2b(digest_size=16), [], 0
+    for start in range(0, total_rows, step):
+        end = min(start + step, total_rows)
+        raw = cast_like_torch(bytes(rows_view.raw(start, end)), SAFETENSORS_DTYPES[rows_view.dtype], dtype)
+        if raw is None:  # a NaN in this chunk: torch's own cast
+            raw = fingerprint_bytes(rows_view[start:end], dtype)
+        parts.append(hashlib.blake2b(raw, digest_size=8).hexdigest())
+        total.update(raw)
+        rows += end - start
+    return {"dtype": dtype, "rows": rows, "chunk_rows": step, "digest": total.hexdigest(), "chunks": parts}
+
+
+# safetensors dtype tag -> dtype name of the floats ``cast_like_torch`` reads and writes
+NUMPY_FLOATS = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+def cast_like_torch(raw: bytes, source: str, dtype: str) -> bytes | None:
+    """RAW (little-endian SOURCE values: float32, bfloat16 or float16) cast to DTYPE (one of those) byte for byte as
+    torch's ``Tensor.to`` casts them: bfloat16 widened exactly, narrowed to bfloat16 by rounding to nearest even
+    (c10's ``round_to_nearest_even``), float32 to float16 by IEEE rounding to nearest even (numpy's, as c10's).
+    None where the values hold a NaN."""
+    import numpy as np
+
+    if source == dtype:
+        values = np.frombuffer(raw, "<u2" if dtype == "bfloat16" else "<f2" if dtype == "float16" else "<f4")
+        if dtype == "bfloat16":
+            nan = ((values & 0x7F80) == 0x7F80) & ((values & 0x007F) != 0)
+        else:
+            nan = np.isnan(values)
+        return None if nan.any() else raw
+    if source == "bfloat16":
+        wide = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4")
+    else:
+        wide = np.frombuffer(raw, "<f2" if source == "float16" else "<f4").astype("<f4")
+    if np.isnan(wide).any():
+        return None
+    if dtype == "float32":
+        return wide.tobytes()
+    if dtype == "float16":
+        with np.errstate(over="ignore"):  # past float16's range: inf, as torch gives
+            return wide.astype("<f2").tobytes()
+    bits = wide.view("<u4")
+    return ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16).astype("<u2").tobytes()
+
+
+def fingerprint_bytes(chunk, dtype: str) -> bytes:
+    """The bytes ``fingerprint`` hashes of one torch chunk cast to DTYPE."""
+    import torch
+
+    data = chunk.detach().to("cpu", _dtype(dtype)).contiguous()
+    return data.reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def same_values(a: dict | None, b: dict | None) -> bool | None:

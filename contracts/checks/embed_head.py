@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from contracts.checks.evidence import engine_label
 from contracts.config_facts import trained_embedding_frozen
-from contracts.fingerprint import (coarser, compare_file_tensors, file_chunks, files_equal, fingerprint,
+from contracts.fingerprint import (coarser, compare_file_tensors, file_fingerprint, files_equal,
                                   first_differing_rows)
 from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
@@ -78,9 +78,7 @@ def _same_as_target_head(obs, ckpt, target, ckpt_head: str, h_ev: dict) -> bool:
 
 
 def _file_fingerprint(ckpt, key: str, like: dict) -> dict:
-    info = ckpt.tensors[key]
-    return fingerprint(file_chunks(ckpt.path / info.file, key, like["chunk_rows"], like["rows"]), like["dtype"],
-                       like["chunk_rows"])
+    return file_fingerprint(ckpt.path / ckpt.tensors[key].file, key, like)
 
 
 def _verify(held, ckpt, key, label: str, ev: dict) -> None:
