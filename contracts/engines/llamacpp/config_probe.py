@@ -54,6 +54,8 @@ def observe_config(engine_dir, trained_config: dict, candidate_switches: dict,
     target_vocab = (target_config or {}).get("vocab_size")
     inputs = _inputs(graph, target_vocab if isinstance(target_vocab, int) and target_vocab > 0 else None)
     base = _outputs(graph, inputs)
+    if candidate_switches or trained_window(trained_config) is not None:
+        made.release_graph()  # one pair loaded at a time: each flipped conversion is loaded beside none
     for key, value in candidate_switches.items():
         flipped, refused = _converted_outputs(made, {key: not value}, f"flip-{key}", inputs)
         obs.switches[key] = switch_effect(value, base, flipped) if refused is None else \

@@ -144,6 +144,19 @@ class DraftGraph:
         if self.handle:
             self.lib.e3_close(self.handle)
             self.handle = None
+            _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Give the freed heap back to the system (glibc's ``malloc_trim``): a closed model's vocabulary is millions of
+    small allocations, which glibc otherwise keeps mapped, so the next model loaded came on top of the last one."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        pass
 
 
 def _f(array):

@@ -48,6 +48,7 @@ class Pair:
     scale: Any = None  # scaled.Scale: llama.cpp was given a copy at that scale (a real-size pair), else None
     given_draft: Path | None = None  # the folders the converter was given (the copies when scaled)
     given_target: Path | None = None
+    released: bool = False  # the loaded pair was closed for a while (``release_graph``): loaded again on demand
 
     def close(self) -> None:
         if self.graph is not None:
@@ -59,10 +60,25 @@ class Pair:
     def converter_refusal(self) -> str | None:
         return None if self.draft["converted"] else self.draft["refusal"]
 
+    def release_graph(self) -> None:
+        """Close the loaded pair while another of its size is loaded (a config probe's flipped conversion): each holds
+        the draft's whole vocabulary, 2,000,000 entries for a hostile config, and two at once doubled the worker.
+        ``require_graph`` loads it again from the same GGUFs."""
+        if self.graph is not None:
+            self.graph.close()
+            self.graph = None
+            self.released = True
+
     def require_graph(self):
         """The loaded pair, or the engine's refusal (the converter's or the loader's) as ``EngineBuildError``."""
         if self.converter_refusal:
             raise EngineBuildError(f"llama.cpp's converter refused the draft: {self.converter_refusal}")
+        if self.graph is None and self.released:
+            from contracts.engines.llamacpp.graph import DraftGraph
+
+            self.graph = DraftGraph(Path(self.target["gguf"]), Path(self.draft["gguf"]), POSITIONS,
+                                    self.folder / "llama.log")
+            self.released = False
         if self.graph is None:
             raise EngineBuildError(f"llama.cpp's loader refused the converted draft: {self.loader_error}")
         return self.graph
