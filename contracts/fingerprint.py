@@ -117,7 +117,19 @@ def cast_like_torch(raw: bytes, source: str, dtype: str) -> bytes | None:
 
 
 def fingerprint_bytes(chunk, dtype: str) -> bytes:
-    """The bytes ``fingerprint`` hashes of one torch chunk cast to DTYPE."""
+    """The bytes ``fingerprint`` hashes of one chunk (a torch tensor, or a numpy float32 / float16 array, cast with
+    numpy as torch casts it: llama.cpp's worker reads its GGUF's rows so and never imports torch) cast to DTYPE."""
+    import numpy as np
+
+    if isinstance(chunk, np.ndarray):
+        if chunk.dtype.name in ("float32", "float16") and dtype in NUMPY_FLOATS.values():
+            raw = cast_like_torch(np.ascontiguousarray(chunk, dtype=chunk.dtype.newbyteorder("<")).tobytes(),
+                                  chunk.dtype.name, dtype)
+            if raw is not None:
+                return raw
+        import torch
+
+        chunk = torch.from_numpy(np.ascontiguousarray(chunk))
     import torch
 
     data = chunk.detach().to("cpu", _dtype(dtype)).contiguous()

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 
 def switch_effect(value: bool, base: tuple, flipped: tuple) -> dict:
-    """The record of one flipped switch from the engine's (step-0 outputs, fed-back state) before and after."""
-    at_step_0 = max(float((a - b).abs().max()) for a, b in zip(flipped[0], base[0]))
-    fed_back = float((flipped[1] - base[1]).abs().max())
+    """The record of one flipped switch from the engine's (step-0 outputs, fed-back state) before and after (torch
+    tensors or numpy arrays)."""
+    at_step_0 = max(float(abs(a - b).max()) for a, b in zip(flipped[0], base[0]))
+    fed_back = float(abs(flipped[1] - base[1]).max())
     change = max(at_step_0, fed_back)
     return {"value": value, "honoured": change > 0.0, "max_abs_change_when_flipped": change,
             "first_acts_at_step": 0 if at_step_0 > 0.0 else 1 if fed_back > 0.0 else None,
@@ -25,8 +26,8 @@ PROBE_WINDOW = 2  # shorter than a probe's tokens: an engine that applies the dr
 def window_effect(window: dict, base: tuple, shrunk: tuple) -> dict:
     """Whether the engine applies the draft's attention window: its outputs with the window shrunk to
     ``PROBE_WINDOW`` against the saved one (longer than the probe's tokens, so the same as full attention)."""
-    at_step_0 = max(float((a - b).abs().max()) for a, b in zip(shrunk[0], base[0]))
-    change = max(at_step_0, float((shrunk[1] - base[1]).abs().max()))
+    at_step_0 = max(float(abs(a - b).max()) for a, b in zip(shrunk[0], base[0]))
+    change = max(at_step_0, float(abs(shrunk[1] - base[1]).max()))
     return {**window, "applied": change > 0.0, "probe_window": PROBE_WINDOW, "max_abs_change_when_shrunk": change}
 
 

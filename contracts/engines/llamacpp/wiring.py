@@ -18,7 +18,7 @@ from contracts.checkpoint import Checkpoint, text_config
 from contracts.engines.llamacpp.loader import GGUF_DTYPES, row_major
 from contracts.engines.llamacpp.pair import pair
 from contracts.engines.llamacpp.version import engine
-from contracts.fingerprint import chunk_rows_for, file_chunks, fingerprint
+from contracts.fingerprint import chunk_rows_for, file_fingerprint, fingerprint
 from contracts.observations_wiring import HeldTensor, WiringObservation
 
 WIRING = "llama_model_eagle3 decoder graph: its own tok_embd / output, else ctx_other's (the target's)"
@@ -26,10 +26,10 @@ ROLES = {"embed": "token_embd.weight", "head": "output.weight"}
 
 
 def _rows(gguf_path: Path, name: str):
-    """A GGUF tensor as (its row-major shape, its type, a function giving rows [a, b) as float32 torch), read from
-    the file's memory map at the offset the GGUF gives it: a Llama-3.1-8B-sized embedding is never whole in memory."""
+    """A GGUF tensor as (its row-major shape, its type, a function giving rows [a, b) as a float32 numpy array), read
+    from the file's memory map at the offset the GGUF gives it: a Llama-3.1-8B-sized embedding is never whole in
+    memory, and this worker never imports torch for it."""
     import numpy as np
-    import torch
 
     from contracts.engines.llamacpp.converter import read_gguf
 
@@ -44,7 +44,7 @@ def _rows(gguf_path: Path, name: str):
         part = data[a:b]
         if kind == "BF16":
             part = (part.astype(np.uint32) << 16).view(np.float32)
-        return torch.from_numpy(np.array(part, dtype=np.float32))  # a copy: the map is read-only
+        return np.array(part, dtype=np.float32)  # a copy: the map is read-only
 
     return shape, kind, rows
 
@@ -63,14 +63,13 @@ def _held(role: str, made, own: bool) -> HeldTensor:
         info = real.tensors[written_by[0]]
         shape = list(info.shape)
         step = chunk_rows_for(shape)
-        chunks = file_chunks(real.path / info.file, written_by[0], step)
+        held = file_fingerprint(real.path / info.file, written_by[0], {"dtype": dtype, "rows": None, "chunk_rows": step})
     else:
         step = chunk_rows_for(shape)
-        chunks = (rows(a, min(a + step, shape[0])) for a in range(0, shape[0], step))
+        held = fingerprint((rows(a, min(a + step, shape[0])) for a in range(0, shape[0], step)), dtype, step)
     return HeldTensor(param=name, shape=shape, dtype=dtype,
                       same_object_as=None if own else f"target:{written_by[0] if written_by else name}",
-                      replaced=not own, unwritten_fraction=0.0, written_by=written_by,
-                      fingerprint=fingerprint(chunks, dtype, step))
+                      replaced=not own, unwritten_fraction=0.0, written_by=written_by, fingerprint=held)
 
 
 def observe_embed_head(engine_dir, target_dir, runner=None) -> WiringObservation:
