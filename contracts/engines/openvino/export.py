@@ -309,7 +309,14 @@ def _mismatched(engine_dir: Path, config, error: Exception) -> str:
     for it (``ignore_mismatched_sizes``), each tensor with the checkpoint's shape and the parameter's."""
     if "ignore_mismatched_sizes" not in str(error):
         return ""
+    import gc
+
     from transformers import AutoModelForCausalLM
+
+    # the refused load's frames (its model among their locals) live on in the traceback: let them go before the
+    # same model is built again (two of a 2,000,000-token config's float32 embeddings were 1 GB at once)
+    error.__traceback__ = None
+    gc.collect()
 
     try:
         _, info = AutoModelForCausalLM.from_pretrained(str(engine_dir), config=config, trust_remote_code=True,
