@@ -16,6 +16,9 @@ CASES = {
     "fc of width 2H": dict(replace={"fc.weight": torch.randn(64, 128)}),
     "silently padded shard": dict(replace={"midlayer.mlp.up_proj.weight": torch.randn(96, 64)}),
     "absolute d2t": dict(replace={"d2t": torch.arange(64, dtype=torch.int64) * 3}),
+    # longer than the tensors meta tracing reads whole: SGLang's d2t + arange(len) on a meta stand-in raised inside
+    # load_weights, which key-naming reported as the engine's loader refusing the draft
+    "d2t past the read-whole size": dict(replace={"d2t": torch.zeros((1 << 20) + 1, dtype=torch.int64)}),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from contracts.checkpoint import Checkpoint
+from contracts.input_bounds import VOCABULARY_MAPS
 
 # larger drafts are traced on the meta device (bounded memory); EAGLE3_CONTRACTS_META_ABOVE_ELEMENTS sets another bound
 # (0: every draft, how the tests hold the meta path to the CPU path's verdicts on an engine in its own environment)
@@ -115,14 +116,16 @@ def meta_above() -> int:
 
 def iter_for_device(ckpt: Checkpoint, device: str):
     """The checkpoint's tensors as the loader will see them: real ones, or on ``meta`` shape-only stand-ins
-    for the large ones (small tensors such as d2t, t2d and norms are always read whole)."""
+    for the large ones (small tensors such as norms, and d2t and t2d at any length, are always read whole)."""
     import torch
 
     if device != "meta":
         yield from ckpt.iter_tensors()
         return
     for name, info in ckpt.tensors.items():
-        if info.numel <= READ_WHOLE_ELEMENTS:
+        # a vocabulary map whole at any length its bound allows (64 MB at most): SGLang computes d2t + arange(len)
+        # on it, which a meta stand-in turned into a loader error of ours
+        if info.numel <= READ_WHOLE_ELEMENTS or name.split(".")[-1] in VOCABULARY_MAPS:
             yield name, ckpt.load_tensor(name)
         else:
             yield name, torch.empty(info.shape, dtype=getattr(torch, info.dtype), device="meta")
