@@ -2,9 +2,11 @@
 
 Serves ``embed-head``: the engine side fingerprints the tensors the draft really holds after the engine's
 wiring; the check fingerprints the checkpoint's and the target's tensors from their weight files, row
-chunk by row chunk (safetensors ``get_slice``, or a memory-mapped torch tensor), and compares. A fingerprint is taken in one dtype (the
-dtype the engine serves the tensor in), so a match is bit-exact after the engine's own cast. Neither side
-ever holds more than one chunk of a file tensor (about ``CHUNK_ELEMENTS`` values) beyond what it already has.
+chunk by row chunk (plain reads of a safetensors file, or a memory-mapped torch tensor), and compares. A fingerprint
+is taken in one dtype (the dtype the engine serves the tensor in), so a match is bit-exact after the engine's own
+cast: torch's, or numpy's made to round as torch does (``cast_like_torch``), so that the check's own process and
+llama.cpp's worker need no torch. Neither side ever holds more than one chunk of a file tensor (about
+``CHUNK_ELEMENTS`` values) beyond what it already has.
 """
 
 from __future__ import annotations
@@ -127,10 +129,10 @@ def fingerprint_bytes(chunk, dtype: str) -> bytes:
                                   chunk.dtype.name, dtype)
             if raw is not None:
                 return raw
-        import torch
-
-        chunk = torch.from_numpy(np.ascontiguousarray(chunk))
     import torch
+
+    if isinstance(chunk, np.ndarray):
+        chunk = torch.from_numpy(np.ascontiguousarray(chunk))
 
     data = chunk.detach().to("cpu", _dtype(dtype)).contiguous()
     return data.reshape(-1).view(torch.uint8).numpy().tobytes()
