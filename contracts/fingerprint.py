@@ -50,12 +50,16 @@ def _dtype(name: str):
 
 def fingerprint(chunks, dtype: str, chunk_rows: int) -> dict:
     """``{"dtype", "rows", "chunk_rows", "digest", "chunks"}``: blake2b of the values cast to DTYPE, per chunk."""
+    return _hashed(((fingerprint_bytes(chunk, dtype), chunk.shape[0]) for chunk in chunks), dtype, chunk_rows)
+
+
+def _hashed(pieces, dtype: str, chunk_rows: int) -> dict:
+    """A fingerprint of PIECES, (the bytes of one chunk cast to DTYPE, its rows) each."""
     total, parts, rows = hashlib.blake2b(digest_size=16), [], 0
-    for chunk in chunks:
-        raw = fingerprint_bytes(chunk, dtype)
+    for raw, n in pieces:
         parts.append(hashlib.blake2b(raw, digest_size=8).hexdigest())
         total.update(raw)
-        rows += chunk.shape[0]
+        rows += n
     return {"dtype": dtype, "rows": rows, "chunk_rows": chunk_rows, "digest": total.hexdigest(), "chunks": parts}
 
 
@@ -73,16 +77,13 @@ def file_fingerprint(path: Path, name: str, like: dict) -> dict:
             or not rows_view.shape:
         return fingerprint(file_chunks(path, name, step, like["rows"]), dtype, step)
     total_rows = rows_view.shape[0] if like["rows"] is None else min(like["rows"], rows_view.shape[0])
-    total, parts, rows = hashlib.blake2b(digest_size=16), [], 0
-    for start in range(0, total_rows, step):
-        end = min(start + step, total_rows)
+
+    def piece(start: int, end: int) -> tuple[bytes, int]:
         raw = cast_like_torch(bytes(rows_view.raw(start, end)), SAFETENSORS_DTYPES[rows_view.dtype], dtype)
-        if raw is None:  # a NaN in this chunk: torch's own cast
-            raw = fingerprint_bytes(rows_view[start:end], dtype)
-        parts.append(hashlib.blake2b(raw, digest_size=8).hexdigest())
-        total.update(raw)
-        rows += end - start
-    return {"dtype": dtype, "rows": rows, "chunk_rows": step, "digest": total.hexdigest(), "chunks": parts}
+        # a NaN in this chunk: torch's own cast
+        return (raw if raw is not None else fingerprint_bytes(rows_view[start:end], dtype)), end - start
+
+    return _hashed((piece(a, min(a + step, total_rows)) for a in range(0, total_rows, step)), dtype, step)
 
 
 # safetensors dtype tag -> dtype name of the floats ``cast_like_torch`` reads and writes
