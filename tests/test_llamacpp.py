@@ -39,6 +39,23 @@ def test_trainer_drafts_are_served_as_trained(name):
     assert [s["step"] for s in parity["steps"]] == [0, 1, 2]
 
 
+def test_a_pair_probed_twice_in_one_worker_gets_the_same_config_verdict():
+    """The config probe converts the pair again with each switch flipped, into the pair's folder; a second probe of
+    the same pair in the same worker (two checks of one draft in a session) converted into what the first left
+    there and the worker answered FileExistsError."""
+    from contracts.engine_spec import EngineSpec
+    from contracts.engines import engine_for
+
+    engine = engine_for(EngineSpec.parse(LLAMACPP))
+    config = json.loads((HD32["speculators-default"] / "config.json").read_text())
+    target_config = json.loads((HD32_TARGET / "config.json").read_text())
+    engine.load(HD32["speculators-default"], HD32_TARGET)
+    answers = [engine.config(HD32["speculators-default"], config, {"norm_before_residual": False}, target_config)
+               for _ in range(2)]
+    assert answers[0].to_dict() == answers[1].to_dict()
+    assert "norm_before_residual" in answers[0].switches
+
+
 def test_specforge_takes_the_targets_embedding_through_ctx_other():
     result = judge("key-naming", DRAFTS["specforge"])
     assert result.status == "pass"

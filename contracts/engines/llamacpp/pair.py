@@ -273,7 +273,10 @@ def converted_with(made: Pair, changes: dict, tag: str) -> dict:
                 config[nested][key] = value
         config[key] = value  # and at the top level, where llama.cpp's converter reads its keys
     (copy / "config.json").write_text(json.dumps(config))
-    return _read_back(convert(copy, made.given_target or made.target_dir, made.folder / f"gguf-{tag}"), made.scale)
+    out = made.folder / f"gguf-{tag}"
+    shutil.rmtree(out, ignore_errors=True)  # a second probe of this pair converts again from nothing (its target's
+    # tokenizer folder, linked the first time, raised FileExistsError: a worker that had probed the pair once)
+    return _read_back(convert(copy, made.given_target or made.target_dir, out), made.scale)
 
 
 def close_all() -> None:
