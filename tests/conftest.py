@@ -36,6 +36,33 @@ def tree_digest(path: Path) -> dict[str, str]:
     return out
 
 
+def pytest_configure(config):
+    """The session's engine workers fork from one zygote per engine release (``contracts.engines.zygote``): each
+    check a test starts, in this process, an xdist worker or a CLI subprocess, skips the 5-12 s engine import."""
+    import os
+    import tempfile
+
+    from contracts.engines.zygote import ZYGOTES
+
+    if hasattr(config, "workerinput") or os.environ.get(ZYGOTES):
+        return  # an xdist worker (its controller owns the zygotes), or a session inside another
+    directory = Path(tempfile.mkdtemp(prefix="eagle3-contracts-zygotes-"))
+    (directory / "owner").write_text(str(os.getpid()))
+    os.environ[ZYGOTES] = str(directory)
+    config._eagle3_zygotes = directory
+
+
+def pytest_unconfigure(config):
+    import os
+
+    from contracts.engines.zygote import ZYGOTES, stop_all
+
+    directory = getattr(config, "_eagle3_zygotes", None)
+    if directory is not None:
+        stop_all(directory)
+        os.environ.pop(ZYGOTES, None)
+
+
 DELETE = "<delete this key>"  # config value that removes the key (None writes JSON null)
 # what a run says on stderr as it goes (an environment or a trainer's reference made once), never an error
 PROGRESS = re.compile(r"^eagle3-contracts: (making |made |\[)")

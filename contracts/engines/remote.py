@@ -19,6 +19,7 @@ from typing import IO, Callable
 
 import contracts
 from contracts.engine_spec import EngineSpec
+from contracts.engines.zygote import ForkedWorker, WorkerLines, forked_worker
 from contracts.observations import (AuxCaptureObservation, ConfigObservation, ForwardObservation, LoadObservation,
                                     PathObservation)
 from contracts.observations_wiring import WiringObservation
@@ -108,7 +109,7 @@ class WorkerEngine:
         self.spec = spec
         self.python = Path(python)
         self.adapter = spec.name  # which adapter the worker runs
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | ForkedWorker | None = None
         self._info: dict | None = None
         self._next = 0
         self._scratch: str | None = None
@@ -156,9 +157,9 @@ class WorkerEngine:
             return
         self._scratch, env = _package_only(self.spec.name)
         self._log = open(Path(self._scratch) / "stderr.log", "w+")  # noqa: SIM115  (kept for the worker's life)
-        self._proc = subprocess.Popen([str(self.python), "-m", "contracts.engines.worker", self.adapter], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
-                                      cwd=self._scratch)
+        self._proc = forked_worker(self.python, self.adapter, env, self._scratch, self._log.name) or subprocess.Popen(
+            [str(self.python), "-m", "contracts.engines.worker", self.adapter], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, cwd=self._scratch)
         try:
             first = self._read()
             if "ready" not in first:
@@ -196,7 +197,7 @@ class WorkerEngine:
         except json.JSONDecodeError:
             raise WorkerError(f"{self.spec} worker broke the protocol: {line[:200]!r}") from None
 
-    def _worker(self) -> tuple[subprocess.Popen, IO[str]]:
+    def _worker(self) -> tuple[subprocess.Popen | ForkedWorker, IO[str] | WorkerLines]:
         """The started worker and the pipe it answers on."""
         if self._proc is None or self._proc.stdout is None:
             raise WorkerError(f"{self.spec} worker is not running")

@@ -12,6 +12,12 @@ def info() -> dict:
     return {"name": "sglang", "version": engine_version()}
 
 
+def preload() -> None:
+    from contracts.engines.sglang.context import preload
+
+    preload()
+
+
 def path(engine_dir, target_dir, runner=None):
     from contracts.engines.sglang.workers import observe_path
 

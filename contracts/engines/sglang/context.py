@@ -14,6 +14,7 @@ import warnings
 
 _lock = threading.Lock()
 _ready = False
+_imported = False  # SGLang's core imported with the shims (``preload``)
 _server_args = None  # the ServerArgs published for this process (every release has one; not all keep it)
 
 
@@ -33,27 +34,48 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", message=r".*(CUDA|HIP|XPU|MUSA|NPU).*")
 
 
+def _import_engine() -> None:
+    """SGLang's core imported with the documented shims, nothing started (idempotent; the caller holds the lock)."""
+    global _imported
+    if _imported:
+        return
+    _quiet()
+    from contracts.engines.sglang import registry_cache, shims
+
+    registry_cache.defer_default_models()
+    shims.install()
+    shims.amx_probe_under_its_torch_name()
+    import torch  # noqa: F401
+    import sglang.srt.distributed.parallel_state  # noqa: F401
+
+    shims.select_torch_native_rotary()
+    shims.rotary_without_vllm_kernel()
+    shims.run_compiled_functions_eagerly()
+    _quiet()  # SGLang's import installs its own handlers; quiet them again
+    # 0.5.3 binds its custom all-reduce kernels when the process group is made (one rank never uses them)
+    shims.import_with_kernel_stand_in("sglang.srt._custom_ops", optional=True)
+    _imported = True
+
+
+def preload() -> None:
+    """SGLang's core with the shims, imported as ``ensure_context`` imports it, starting nothing (no thread, no
+    process group): what a zygote (``contracts.engines.zygote``) holds before it forks a worker per check."""
+    with _lock:
+        _import_engine()
+
+
 def ensure_context() -> None:
     """Import SGLang with the documented shims and publish a one-rank CPU context (idempotent)."""
     global _ready
     with _lock:
         if _ready:
             return
-        _quiet()
-        from contracts.engines.sglang import registry_cache, shims
-
-        registry_cache.defer_default_models()
-        shims.install()
-        shims.amx_probe_under_its_torch_name()
+        _import_engine()
         import torch
         from sglang.srt.distributed.parallel_state import init_distributed_environment
 
-        shims.select_torch_native_rotary()
-        shims.rotary_without_vllm_kernel()
-        shims.run_compiled_functions_eagerly()
-        _quiet()  # SGLang's import installs its own handlers; quiet them again
-        # 0.5.3 binds its custom all-reduce kernels when the process group is made (one rank never uses them)
-        shims.import_with_kernel_stand_in("sglang.srt._custom_ops", optional=True)
+        from contracts.engines.sglang import shims
+
         if not torch.distributed.is_initialized():
             init_distributed_environment(
                 world_size=1, rank=0, local_rank=0, backend="gloo",

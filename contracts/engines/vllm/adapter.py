@@ -12,6 +12,12 @@ def info() -> dict:
     return {"name": "vllm", "version": engine_version()}
 
 
+def preload() -> None:
+    from contracts.engines.vllm.context import preload
+
+    preload()
+
+
 def path(engine_dir, target_dir, runner=None):
     from contracts.engines.vllm.runners import observe_path
 

@@ -114,6 +114,32 @@ def import_vllm() -> None:
     import vllm  # noqa: F401  (its import reads the environment set above)
 
 
+# the modules the observations import on first use (5-10 s on a first check), the context's first; a release that
+# lacks one is skipped (its observations import what it has)
+OBSERVATION_MODULES = (
+    "vllm.config", "vllm.distributed", "vllm.v1.worker.cpu_model_runner", "vllm.model_executor.model_loader.utils",
+    "vllm.model_executor.model_loader.weight_utils", "vllm.model_executor.models",
+    "vllm.model_executor.models.interfaces", "vllm.model_executor.models.llama",
+    "vllm.model_executor.models.llama_eagle3", "vllm.v1.spec_decode.eagle", "vllm.v1.worker.gpu_model_runner",
+    "vllm.v1.worker.cpu.model_runner", "vllm.v1.worker.gpu.model_runner", "vllm.v1.attention.backends.cpu_attn",
+    "vllm.v1.kv_cache_interface", "vllm.forward_context", "vllm.model_executor.layers.rotary_embedding",
+    "vllm.inputs", "transformers.models.llama.modeling_llama",
+)
+
+
+def preload() -> None:
+    """Import what the observations import, starting nothing (no thread, no process, no distributed world): what a
+    zygote (``contracts.engines.zygote``) holds before it forks a worker per check."""
+    import importlib
+
+    import_vllm()
+    for name in OBSERVATION_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+
+
 def _stand_in_target(draft_cfg: dict, target_cfg: dict | None, where: Path) -> Path:
     """A plain Llama config carrying what the draft's construction reads of its target (layers, vocab, width,
     dtype): the draft's own declarations, or the real target's values when its class cannot be built."""

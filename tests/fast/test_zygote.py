@@ -1,0 +1,128 @@
+"""Workers forked from a session's zygote (``contracts.engines.zygote``) are driven exactly as workers started from
+scratch: the same answers, a native crash read as the signal that ended it, a fresh worker after it, and no zygote
+at all where forking would copy a started thread. Run on the replayed engine (``tests/data/engines``: SGLang
+0.5.23's recorded answers served by an engine folder), whose worker starts in this environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from contracts.engine_spec import EngineSpec
+from contracts.engines.remote import WorkerEngine
+from contracts.engines.zygote import ZYGOTES, ForkedWorker, stop_all
+
+REPO = Path(__file__).resolve().parents[2]
+FOLDER = REPO / "tests" / "data" / "engines"
+DRAFT, TARGET = REPO / "fixtures" / "drafts" / "specforge", REPO / "fixtures" / "targets" / "llama-tiny"
+
+ENGINE = next(p for p in FOLDER.iterdir() if (p / "profile.py").is_file())  # the replayed engine's folder
+THREADED = f'''
+import threading, time
+from {ENGINE.name}.adapter import *  # noqa: F403
+
+
+def preload():
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+'''
+
+
+@pytest.fixture
+def zygotes(monkeypatch):
+    """A session directory of this test's own (its zygotes end with it; a short path, as a socket's must be) and the
+    replayed engine's folder."""
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="eagle3-zygotes-"))
+    (directory / "owner").write_text(str(os.getpid()))
+    monkeypatch.setenv(ZYGOTES, str(directory))
+    monkeypatch.setenv("EAGLE3_CONTRACTS_ENGINE_PATH", str(FOLDER))
+    yield directory
+    stop_all(directory)
+
+
+def _answers(engine: WorkerEngine) -> tuple[dict, dict, dict]:
+    return (engine.info(), engine.load(DRAFT, TARGET).to_dict(), engine.embed_head(DRAFT, TARGET).to_dict())
+
+
+def test_a_forked_worker_answers_as_a_worker_started_from_scratch(zygotes, monkeypatch):
+    forked = WorkerEngine(EngineSpec("replayed"), Path(sys.executable))
+    try:
+        got = _answers(forked)
+        assert isinstance(forked._proc, ForkedWorker) and forked.pid != os.getpid()
+        assert list(zygotes.glob("*.sock")), "no zygote answered"
+    finally:
+        forked.close()
+    monkeypatch.delenv(ZYGOTES)
+    fresh = WorkerEngine(EngineSpec("replayed"), Path(sys.executable))
+    try:
+        assert _answers(fresh) == got
+        assert isinstance(fresh._proc, subprocess.Popen)
+    finally:
+        fresh.close()
+
+
+def test_a_forked_worker_that_crashes_reads_as_the_signal_and_the_next_call_forks_another(zygotes):
+    from contracts.engines.errors import EngineBuildError
+
+    engine = WorkerEngine(EngineSpec("replayed"), Path(sys.executable))
+    try:
+        engine.info()
+        first = engine.pid
+        assert first is not None
+        os.kill(first, signal.SIGSTOP)
+        with pytest.raises(EngineBuildError, match=r"ended the worker while it ran `load` \(killed by SIGSEGV\)"):
+            import threading
+
+            threading.Timer(0.5, lambda: (os.kill(first, signal.SIGSEGV), os.kill(first, signal.SIGCONT))).start()
+            engine.load(DRAFT, TARGET)
+        assert engine.pid is None
+        assert engine.load(DRAFT, TARGET).draft_class
+        assert engine.pid not in (None, first)
+    finally:
+        engine.close()
+
+
+def test_no_worker_is_forked_from_a_zygote_whose_imports_started_a_thread(zygotes, tmp_path, monkeypatch):
+    """A library that starts a thread as it is imported (a BLAS pool without OMP_NUM_THREADS=1) would leave a fork
+    with a lock no thread will release: that zygote refuses, says why, and every client starts a plain worker."""
+    folder = tmp_path / "engines" / "threaded_engine"
+    folder.mkdir(parents=True)
+    profile = (ENGINE / "profile.py").read_text()
+    (folder / "profile.py").write_text(profile.replace('name="replayed"', 'name="threaded"')
+                                       .replace(f'"{ENGINE.name}.adapter"', '"threaded_engine.adapter"'))
+    (folder / "adapter.py").write_text(THREADED)
+    monkeypatch.setenv("EAGLE3_CONTRACTS_ENGINE_PATH", os.pathsep.join([str(FOLDER), str(folder.parent)]))
+    engine = WorkerEngine(EngineSpec("threaded"), Path(sys.executable))
+    try:
+        assert engine.load(DRAFT, TARGET).draft_class
+        assert isinstance(engine._proc, subprocess.Popen)
+    finally:
+        engine.close()
+    (failed,) = zygotes.glob("threaded-*.failed")
+    assert "started 1 thread(s)" in failed.read_text() and "forking it is not safe" in failed.read_text()
+
+
+def test_a_zygote_ends_with_its_session(zygotes):
+    engine = WorkerEngine(EngineSpec("replayed"), Path(sys.executable))
+    try:
+        engine.info()
+    finally:
+        engine.close()
+    (pid_file,) = zygotes.glob("*.pid")
+    pid = int(pid_file.read_text())
+    stop_all(zygotes)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{pid}/stat")
+        if not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z":  # gone, or ended and not reaped
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"zygote {pid} outlived its session")
