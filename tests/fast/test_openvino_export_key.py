@@ -23,3 +23,24 @@ def test_a_folder_beyond_the_kept_size_is_keyed_by_its_files_stamps(tmp_path, mo
     monkeypatch.setattr(export, "KEPT_BELOW", 0)
     a, b = (shutil.copytree(DRAFTS["specforge"], tmp_path / name) for name in ("a", "b"))
     assert export._key(a) != export._key(b)  # (its export is temporary: made once per worker)
+
+
+def test_kept_exports_past_the_bound_go_least_recently_served_first(tmp_path):
+    """Every flipped-config probe and every test's broken copy is a kept export of its own: the environment keeps the
+    most recently served ``KEPT_MAX``, never one still being written (no record yet), and a day-old folder that never
+    got its record (its export was killed) goes too."""
+    import os
+
+    kept = tmp_path / export.KEPT
+    for i, name in enumerate(["old", "served-again", "new", "newest"]):
+        (kept / name).mkdir(parents=True)
+        record = kept / name / "eagle3-contracts-export.json"
+        record.write_text("{}")
+        os.utime(record, (1_000_000 + i, 1_000_000 + i))
+    (kept / "being-written").mkdir()  # settled only once its record is there
+    (kept / "abandoned").mkdir()  # written into by a process that died before it settled
+    os.utime(kept / "abandoned", (1_000_000, 1_000_000))
+    export._served(kept / "served-again" / "eagle3-contracts-export.json")
+    gone = export.prune(kept, most=2)
+    assert sorted(p.name for p in gone) == ["abandoned", "new", "old"]
+    assert sorted(p.name for p in kept.iterdir()) == ["being-written", "newest", "served-again"]

@@ -45,6 +45,10 @@ NEEDS = re.compile(r"requires the following packages that were not found in your
 _ROOT: list[Path] = []
 KEPT_BELOW = 256 * 2**20  # bytes of model files: smaller exports are kept in the environment between runs
 KEPT = "openvino-exports"
+# the most kept exports an environment holds: past it, the least recently served go (each test's broken copy and each
+# flipped-config probe of a draft is one; 769 had piled up, 507 MB, before there was a bound)
+KEPT_MAX = 400
+ABANDONED_S = 24 * 3600  # an unsettled export folder this old belongs to no running export (one takes minutes)
 RECORD_FORM = b"4"  # what a kept export records (3: rename probes, seeded draws; 4: keyed by content); a new
 # form exports again
 # the largest target exported whole for GenAI's pair: the exporter loads it in float32 (1 GiB at this bound), traces it
@@ -199,6 +203,7 @@ def export(engine_dir, keep: bool = True, scaled: bool = False) -> Exported:
     record = out / "eagle3-contracts-export.json"
     if record.is_file():
         _CACHE[key] = Exported(**{**json.loads(record.read_text()), "ir": out})
+        _served(record)
         return _CACHE[key]
     from optimum.exporters.openvino import main_export
     from optimum.exporters.openvino.__main__ import update_config_for_custom_draft_model
@@ -227,8 +232,12 @@ def export(engine_dir, keep: bool = True, scaled: bool = False) -> Exported:
         probes = _rename_probes(given, config, info) if info.get("unexpected_keys") else []
         made = scratch_for(out)
         torch.manual_seed(0)
-        main_export(model_name_or_path=str(given), output=str(made), task="text-generation-with-past",
-                    trust_remote_code=True, ov_config=OVConfig(dtype="fp32"))
+        try:
+            main_export(model_name_or_path=str(given), output=str(made), task="text-generation-with-past",
+                        trust_remote_code=True, ov_config=OVConfig(dtype="fp32"))
+        except BaseException:  # a refused export leaves no half-written folder beside the kept ones
+            shutil.rmtree(made, ignore_errors=True)
+            raise
     except ImportError as e:  # a module the exporter's path imports, missing here: the environment's to add
         needed = NEEDS.search(str(e))
         if needed is None:
@@ -252,7 +261,41 @@ def export(engine_dir, keep: bool = True, scaled: bool = False) -> Exported:
                                                 if k not in ("ir", "scale", "given")}))
     settle(made, out)
     _CACHE[key] = exported
+    if out.parent.name == KEPT:
+        prune(out.parent)
     return exported
+
+
+def _served(record: Path) -> None:
+    """Mark a kept export as served now (``prune`` keeps the most recently served)."""
+    import os
+
+    try:
+        os.utime(record)
+    except OSError:  # another worker pruned it in between: this process holds its answer already
+        pass
+
+
+def prune(kept: Path, most: int | None = None) -> list[Path]:
+    """Remove the least recently served exports of KEPT past the newest MOST (``KEPT_MAX``); returns what went."""
+    most = KEPT_MAX if most is None else most
+    import time
+
+    entries, gone = [], []
+    for entry in kept.iterdir():
+        record = entry / "eagle3-contracts-export.json"
+        try:
+            if record.is_file():
+                entries.append((record.stat().st_mtime, entry))
+            elif entry.is_dir() and time.time() - entry.stat().st_mtime > ABANDONED_S:
+                gone.append(entry)  # a folder an export was written into and never settled: its process is gone
+        except OSError:
+            continue
+    entries.sort(reverse=True)
+    gone += [entry for _, entry in entries[most:]]
+    for entry in gone:
+        shutil.rmtree(entry, ignore_errors=True)
+    return gone
 
 
 @contextmanager
