@@ -109,7 +109,7 @@ def _layer_count_fix(engine_dir: Path, made, target_dir) -> dict | None:
         return None
     with config_changed(engine_dir, {"num_hidden_layers": 1}) as one:
         try:
-            fixed = build(target_ir, export(one, keep=False).ir, layers)
+            fixed = build(target_ir, export(one).ir, layers)  # kept: the same copy every run
         except EngineBuildError:
             return None
     return {"num_hidden_layers": 1} if fixed.pipeline is not None else None
