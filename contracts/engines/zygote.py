@@ -46,7 +46,7 @@ def zygote_key(python: Path, adapter: str, env: dict[str, str], package: Path) -
     (an import can read one): every client whose worker would start the same gets the same zygote."""
     stable = sorted((k, v) for k, v in env.items() if k not in VOLATILE)
     text = json.dumps([str(python), adapter, str(package), stable])
-    return f"{adapter.replace('=', '-').replace(':', '-')}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    return f"{adapter}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 class WorkerLines:
@@ -70,9 +70,6 @@ class WorkerLines:
         if not line and self._owner.returncode is None:
             self._owner.returncode = -9  # the warden itself was killed: report the worker as killed
         return line
-
-    def close(self) -> None:
-        self._file.close()
 
 
 class _Requests:
@@ -111,9 +108,6 @@ class ForkedWorker:
         self.pid = int(json.loads(first)["pid"])
         self.stdin = _Requests(sock)
 
-    def poll(self) -> int | None:
-        return self.returncode
-
     def wait(self, timeout: float | None = None) -> int:
         import select
 
@@ -128,8 +122,10 @@ class ForkedWorker:
         return self.returncode
 
     def kill(self) -> None:
+        import signal
+
         try:
-            os.kill(self.pid, 9)
+            os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 

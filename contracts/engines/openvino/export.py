@@ -278,9 +278,9 @@ def _served(record: Path) -> None:
 
 def prune(kept: Path, most: int | None = None) -> list[Path]:
     """Remove the least recently served exports of KEPT past the newest MOST (``KEPT_MAX``); returns what went."""
-    most = KEPT_MAX if most is None else most
     import time
 
+    most = KEPT_MAX if most is None else most
     entries, gone = [], []
     for entry in kept.iterdir():
         record = entry / "eagle3-contracts-export.json"
