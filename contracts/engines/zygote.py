@@ -36,11 +36,7 @@ VOLATILE = ("PYTHONPATH", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_
             "PYTEST_XDIST_WORKER_COUNT", "PYTEST_VERSION", "COLUMNS", "LINES")
 START_TIMEOUT_S = 300.0
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last a NUL
-# a zygote no client has asked for in this long ends (a later client starts another). At 120 s a `tox -m full` run
-# started 31 zygotes for its dozen releases and paths, a release's imports (10-20 s of CPU) paid again each time a
-# test file that needs it came after another's; each holds 0.5-0.6 GB (SGLang 0.5.9: 486 MB, vLLM 0.32.0: 598 MB)
-# and all end with the session that owns them
-IDLE_S = 600.0
+IDLE_S = 120.0  # a zygote no client has asked for in this long ends (a later client starts another)
 
 
 # --- the client side ------------------------------------------------------------------------------------------------
