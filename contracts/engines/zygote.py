@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -122,8 +123,6 @@ class ForkedWorker:
         return self.returncode
 
     def kill(self) -> None:
-        import signal
-
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -218,7 +217,6 @@ def forked_worker(python: Path, adapter: str, env: dict[str, str], cwd: str, std
 def stop_all(directory: Path) -> None:
     """End every zygote of a session (its workers end with their clients)."""
     import shutil
-    import signal
 
     for pid_file in Path(directory).glob("*.pid"):
         try:
@@ -236,8 +234,6 @@ def _threads() -> int:
 
 def _serve_one(conn: socket.socket, adapter: str) -> None:
     """In the warden (a child of the zygote): fork the worker, wait for it, write how it ended."""
-    import signal
-
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     request = json.loads(conn.makefile("r", encoding="utf-8").readline())
     pid = os.fork()
@@ -278,8 +274,6 @@ def _serve_one(conn: socket.socket, adapter: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-
     from contracts.memory import return_large_frees
 
     return_large_frees()

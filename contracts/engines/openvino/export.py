@@ -24,10 +24,12 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,8 +112,6 @@ def _digest(path: Path) -> str:
 
 def settle(made: Path, out: Path) -> Path:
     """MADE (written by this process) moved to OUT in one step; where another worker got there first, its copy."""
-    import os
-
     try:
         os.replace(made, out) if not out.exists() else shutil.rmtree(made, ignore_errors=True)
     except OSError:  # another worker's copy arrived in between
@@ -268,8 +268,6 @@ def export(engine_dir, keep: bool = True, scaled: bool = False) -> Exported:
 
 def _served(record: Path) -> None:
     """Mark a kept export as served now (``prune`` keeps the most recently served)."""
-    import os
-
     try:
         os.utime(record)
     except OSError:  # another worker pruned it in between: this process holds its answer already
@@ -278,8 +276,6 @@ def _served(record: Path) -> None:
 
 def prune(kept: Path, most: int | None = None) -> list[Path]:
     """Remove the least recently served exports of KEPT past the newest MOST (``KEPT_MAX``); returns what went."""
-    import time
-
     most = KEPT_MAX if most is None else most
     entries, gone = [], []
     for entry in kept.iterdir():
