@@ -35,6 +35,11 @@ ZYGOTES = "EAGLE3_CONTRACTS_ZYGOTES"
 # what differs between two clients of one zygote and reaches a worker through the request, not through its imports
 VOLATILE = ("PYTHONPATH", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID",
             "PYTEST_XDIST_WORKER_COUNT", "PYTEST_VERSION", "COLUMNS", "LINES")
+# this project's own settings read each time a check runs, never while a module is imported: a forked worker reads the
+# value its client gave (the request's environment), so they do not make another zygote (the tests that judge one
+# draft scaled and at full size set them per call: 8 more zygotes per run, each 10-20 s of CPU importing an engine)
+READ_PER_CHECK = ("EAGLE3_CONTRACTS_SCALE_ABOVE_MB", "EAGLE3_CONTRACTS_META_VOCAB_MB",
+                  "EAGLE3_CONTRACTS_META_ABOVE_ELEMENTS")
 START_TIMEOUT_S = 300.0
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last a NUL
 IDLE_S = 120.0  # a zygote no client has asked for in this long ends (a later client starts another)
@@ -44,8 +49,9 @@ IDLE_S = 120.0  # a zygote no client has asked for in this long ends (a later cl
 
 def zygote_key(python: Path, adapter: str, env: dict[str, str], package: Path) -> str:
     """One zygote per environment, engine, package checkout and set of environment variables a worker starts with
-    (an import can read one): every client whose worker would start the same gets the same zygote."""
-    stable = sorted((k, v) for k, v in env.items() if k not in VOLATILE)
+    (an import can read one; not the settings read per check): every client whose worker would start the same gets
+    the same zygote."""
+    stable = sorted((k, v) for k, v in env.items() if k not in VOLATILE and k not in READ_PER_CHECK)
     text = json.dumps([str(python), adapter, str(package), stable])
     return f"{adapter}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 

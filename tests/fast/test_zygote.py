@@ -32,6 +32,27 @@ def preload():
     threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
 '''
 
+READS_A_SETTING = f'''
+import os
+from {ENGINE.name}.adapter import *  # noqa: F403
+from {ENGINE.name}.adapter import info as recorded_info
+
+
+def info():
+    return {{**recorded_info(), "scale_above_mb": os.environ.get("EAGLE3_CONTRACTS_SCALE_ABOVE_MB")}}
+'''
+
+
+def _engine_folder(root: Path, name: str, adapter: str) -> Path:
+    """An engine folder at ROOT/engines/NAME_engine: the replayed engine's profile named NAME, ADAPTER its adapter."""
+    folder = root / "engines" / f"{name}_engine"
+    folder.mkdir(parents=True)
+    profile = (ENGINE / "profile.py").read_text()
+    (folder / "profile.py").write_text(profile.replace('name="replayed"', f'name="{name}"')
+                                       .replace(f'"{ENGINE.name}.adapter"', f'"{name}_engine.adapter"'))
+    (folder / "adapter.py").write_text(adapter)
+    return folder.parent
+
 
 @pytest.fixture
 def zygotes(monkeypatch):
@@ -92,13 +113,8 @@ def test_a_forked_worker_that_crashes_reads_as_the_signal_and_the_next_call_fork
 def test_no_worker_is_forked_from_a_zygote_whose_imports_started_a_thread(zygotes, tmp_path, monkeypatch):
     """A library that starts a thread as it is imported (a BLAS pool without OMP_NUM_THREADS=1) would leave a fork
     with a lock no thread will release: that zygote refuses, says why, and every client starts a plain worker."""
-    folder = tmp_path / "engines" / "threaded_engine"
-    folder.mkdir(parents=True)
-    profile = (ENGINE / "profile.py").read_text()
-    (folder / "profile.py").write_text(profile.replace('name="replayed"', 'name="threaded"')
-                                       .replace(f'"{ENGINE.name}.adapter"', '"threaded_engine.adapter"'))
-    (folder / "adapter.py").write_text(THREADED)
-    monkeypatch.setenv("EAGLE3_CONTRACTS_ENGINE_PATH", os.pathsep.join([str(FOLDER), str(folder.parent)]))
+    folders = _engine_folder(tmp_path, "threaded", THREADED)
+    monkeypatch.setenv("EAGLE3_CONTRACTS_ENGINE_PATH", os.pathsep.join([str(FOLDER), str(folders)]))
     engine = WorkerEngine(EngineSpec("threaded"), Path(sys.executable))
     try:
         assert engine.load(DRAFT, TARGET).draft_class
@@ -107,6 +123,50 @@ def test_no_worker_is_forked_from_a_zygote_whose_imports_started_a_thread(zygote
         engine.close()
     (failed,) = zygotes.glob("threaded-*.failed")
     assert "started 1 thread(s)" in failed.read_text() and "forking it is not safe" in failed.read_text()
+
+
+def test_a_setting_read_per_check_reaches_each_forked_worker_from_one_zygote(zygotes, tmp_path, monkeypatch):
+    """The memory-bound settings a test changes between two checks of one draft (scaled, then at full size) are read
+    when a check runs: each worker reads its client's value, and one zygote serves both."""
+    folders = _engine_folder(tmp_path, "reads_setting", READS_A_SETTING)
+    monkeypatch.setenv("EAGLE3_CONTRACTS_ENGINE_PATH", os.pathsep.join([str(FOLDER), str(folders)]))
+    for value in ("1048576", "0"):
+        monkeypatch.setenv("EAGLE3_CONTRACTS_SCALE_ABOVE_MB", value)
+        engine = WorkerEngine(EngineSpec("reads_setting"), Path(sys.executable))
+        try:
+            assert engine.info()["scale_above_mb"] == value
+            assert isinstance(engine._proc, ForkedWorker)
+        finally:
+            engine.close()
+    assert len(list(zygotes.glob("reads_setting-*.sock"))) == 1
+
+
+def test_the_settings_that_key_no_zygote_are_read_only_when_a_check_runs():
+    """READ_PER_CHECK holds only settings no module reads as it is imported (at module or class level, or as a
+    default argument): a forked worker would keep its zygote's value of one that is."""
+    import ast
+
+    from contracts.engines.zygote import READ_PER_CHECK
+
+    def inside_a_call(node: ast.AST, parents: dict) -> bool:
+        """Whether NODE is evaluated when a function runs: in a body, not in a signature or decorator (evaluated
+        where the function is defined)."""
+        while node in parents:
+            node, child = parents[node], node
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and child is not node.args \
+                    and child not in getattr(node, "decorator_list", []) and child is not getattr(node, "returns", None):
+                return True
+        return False
+
+    seen = set()
+    for source in (REPO / "contracts").rglob("*.py"):
+        tree = ast.parse(source.read_text())
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in READ_PER_CHECK and source.name != "zygote.py":
+                seen.add(node.value)
+                assert inside_a_call(node, parents), f"{source}:{node.lineno} reads {node.value} at import"
+    assert seen == set(READ_PER_CHECK)
 
 
 def test_a_zygote_ends_with_its_session(zygotes):
