@@ -21,6 +21,7 @@ or when no client has asked it for a worker for two minutes (its memory is given
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -241,10 +242,15 @@ def _threads() -> int:
 def _serve_one(conn: socket.socket, adapter: str) -> None:
     """In the warden (a child of the zygote): fork the worker, wait for it, write how it ended."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     request = json.loads(conn.makefile("r", encoding="utf-8").readline())
     pid = os.fork()
     if pid == 0:
         code = 1
+        # the exit handlers inherited are the zygote's (what it made while importing, which its next workers use):
+        # dropped here; the worker's own (the scratch directories its engine context makes) run as it ends, as they
+        # do in a worker started from scratch (os._exit skips them: ~200 directories were left in /tmp per suite run)
+        atexit._clear()
         try:
             os.chdir(request["cwd"])
             os.environ.clear()
@@ -267,6 +273,7 @@ def _serve_one(conn: socket.socket, adapter: str) -> None:
 
             traceback.print_exc()
         finally:
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
@@ -298,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
               f"not safe", flush=True)
         return 3
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # wardens are reaped as they end
+    # stop_all's SIGTERM ends the zygote as its idle end does: its exit handlers run (what its imports made in /tmp)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{sock_path}.{os.getpid()}"
     listener.bind(tmp)

@@ -42,6 +42,21 @@ def info():
     return {{**recorded_info(), "scale_above_mb": os.environ.get("EAGLE3_CONTRACTS_SCALE_ABOVE_MB")}}
 '''
 
+MAKES_SCRATCH = f'''
+import atexit, shutil, tempfile
+from {ENGINE.name}.adapter import *  # noqa: F403
+from {ENGINE.name}.adapter import info as recorded_info
+
+IMPORTED = tempfile.mkdtemp(prefix="eagle3-zygote-test-")  # made as the module is imported: in the zygote
+atexit.register(shutil.rmtree, IMPORTED, True)
+
+
+def info():
+    own = tempfile.mkdtemp(prefix="eagle3-zygote-test-")  # made by the worker, as an engine context makes its scratch
+    atexit.register(shutil.rmtree, own, True)
+    return {{**recorded_info(), "imported": IMPORTED, "own": own}}
+'''
+
 
 def _engine_folder(root: Path, name: str, adapter: str) -> Path:
     """An engine folder at ROOT/engines/NAME_engine: the replayed engine's profile named NAME, ADAPTER its adapter."""
@@ -139,6 +154,26 @@ def test_a_setting_read_per_check_reaches_each_forked_worker_from_one_zygote(zyg
         finally:
             engine.close()
     assert len(list(zygotes.glob("reads_setting-*.sock"))) == 1
+
+
+def test_a_forked_worker_removes_its_own_scratch_as_it_ends_and_leaves_the_zygotes(zygotes, tmp_path, monkeypatch):
+    """A worker's exit handlers run as it ends (its engine context's scratch directories, as a worker started from
+    scratch removes them); the zygote's own, inherited by the fork, stay the zygote's."""
+    folders = _engine_folder(tmp_path, "makes_scratch", MAKES_SCRATCH)
+    monkeypatch.setenv("EAGLE3_CONTRACTS_ENGINE_PATH", os.pathsep.join([str(FOLDER), str(folders)]))
+    engine = WorkerEngine(EngineSpec("makes_scratch"), Path(sys.executable))
+    try:
+        info = engine.info()
+        assert isinstance(engine._proc, ForkedWorker) and Path(info["own"]).is_dir()
+    finally:
+        engine.close()
+    assert not Path(info["own"]).exists(), "the worker left its scratch behind"
+    assert Path(info["imported"]).is_dir(), "the worker removed its zygote's scratch"
+    stop_all(zygotes)  # the zygote's own go as it ends
+    deadline = time.monotonic() + 30
+    while Path(info["imported"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(info["imported"]).exists(), "the zygote left its scratch behind"
 
 
 def test_the_settings_that_key_no_zygote_are_read_only_when_a_check_runs():
