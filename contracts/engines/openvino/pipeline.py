@@ -28,8 +28,9 @@ LAYERS_KEY = "hidden_layers_list"
 # random until both were read)
 EMBEDDING_SHARED = re.compile(r"Copying embedding weights from main to draft model|"
                               r"Sharing embedding weights between main and draft models")
-# GenAI logs what it decides while it builds the pair at this level (its INFO lines)
-os.environ.setdefault("OPENVINO_LOG_LEVEL", "3")
+# GenAI logs what it decides while it builds the pair at OPENVINO_LOG_LEVEL=3 (its INFO lines): the OpenVINO profile's
+# process_env sets it in every process that runs OpenVINO (set here, as this module was imported, it leaked into
+# the process that merely imported it for a name, e.g. convert's, and from there into every engine worker it started)
 
 
 @dataclass

@@ -28,9 +28,10 @@ PROFILE = EngineProfile(
     convert_job="contracts.engines.openvino.serve_copy",
     # OpenVINO's telemetry (openvino_telemetry, used by its converter and the exporter's tools) forks the worker for
     # each event it sends unless told it runs in CI: its one process-local switch (the other is the user's own
-    # consent file). A check of a user's draft sends nothing on their behalf, and the forks (a copy of a 500 MB
-    # process each) no longer count in the tree's memory
-    process_env=(("CI", "true"),),
+    # consent file). A check of a user's draft sends nothing on their behalf, and the forks (a copy of a
+    # 500 MB process each) no longer count in the tree's memory. OPENVINO_LOG_LEVEL=3: GenAI logs what it decides as
+    # it builds the pair (its INFO lines, read by contracts.engines.openvino.pipeline), set where OpenVINO runs only
+    process_env=(("CI", "true"), ("OPENVINO_LOG_LEVEL", "3")),
     serving_loop=ServingLoopProfile(
         job="contracts.engines.openvino.acceptance",
         path="LLMPipeline with the draft model (continuous batching) on a CPU: the IRs its "
