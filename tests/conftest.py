@@ -44,12 +44,31 @@ def pytest_configure(config):
 
     from contracts.engines.zygote import ZYGOTES
 
+    if config.getoption("record_scope_seconds") and not hasattr(config, "workerinput"):
+        from tests.scheduling import ScopeClock
+
+        config.pluginmanager.register(ScopeClock(), "scope-clock")
     if hasattr(config, "workerinput") or os.environ.get(ZYGOTES):
         return  # an xdist worker (its controller owns the zygotes), or a session inside another
     directory = Path(tempfile.mkdtemp(prefix="eagle3-contracts-zygotes-"))
     (directory / "owner").write_text(str(os.getpid()))
     os.environ[ZYGOTES] = str(directory)
     config._eagle3_zygotes = directory
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-scope-seconds", action="store_true", default=False,
+                     help="write each xdist unit's seconds to tests/scope_seconds.json (tests/scheduling.py)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: a file per unit unless grouped, the longest unit first (tests/scheduling.py)."""
+    if config.getvalue("dist") == "loadgroup":
+        from tests.scheduling import LongestFirst
+
+        return LongestFirst(config, log)
+    return None
 
 
 def pytest_unconfigure(config):
