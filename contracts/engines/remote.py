@@ -19,7 +19,7 @@ from typing import IO, Callable
 
 import contracts
 from contracts.engine_spec import EngineSpec
-from contracts.engines.zygote import ForkedWorker, WorkerLines, forked_worker
+from contracts.engines.zygote import ForkedWorker, WorkerLines, forked_job, forked_worker
 from contracts.observations import (AuxCaptureObservation, ConfigObservation, ForwardObservation, LoadObservation,
                                     PathObservation)
 from contracts.observations_wiring import WiringObservation
@@ -67,6 +67,10 @@ def run_module(python, module: str, *args: str, timeout: float = 900,
     e.g. vLLM's serving loop, which sets up process-wide state no worker should share); ENGINE: the engine it runs."""
     scratch, env = _package_only(engine)
     try:
+        # in a test session, forked from the zygote that holds ENGINE imported (contracts.engines.zygote)
+        forked = forked_job(Path(python), engine, env, scratch, module, list(args), timeout) if engine else None
+        if forked is not None:
+            return forked
         return subprocess.run([str(python), "-m", module, *args], capture_output=True, text=True, env=env,
                               cwd=scratch, timeout=timeout)
     finally:

@@ -8,7 +8,9 @@ import them; nothing started). It then forks one worker per client that connects
 ``contracts.engines.worker`` as a process started from scratch runs it: the client's environment variables, working
 directory and stderr file, the protocol on the socket instead of a pipe. Between the zygote and each worker sits a
 warden (one more fork) that waits for the worker and writes how it ended as the last line on the socket, so a
-native crash reads as it does from a pipe: "killed by SIGSEGV".
+native crash reads as it does from a pipe: "killed by SIGSEGV". A client may instead ask for a one-shot job
+(``forked_job``: ``python -m MODULE ARGS``, an engine's serving loop or convert's copy, run by ``runpy`` in the fork
+with its output in files), which ``contracts.engines.remote.run_module`` returns as ``subprocess.run`` would.
 
 Forking is safe only from one thread: a zygote whose imports started a thread (a library's pool) says so and exits,
 and its clients start plain workers. Used only when ``EAGLE3_CONTRACTS_ZYGOTES`` names a directory (the test
@@ -186,9 +188,9 @@ def _start_zygote(directory: Path, key: str, python: Path, adapter: str, env: di
     return None
 
 
-def forked_worker(python: Path, adapter: str, env: dict[str, str], cwd: str, stderr_path: str) -> ForkedWorker | None:
-    """A worker forked from this session's zygote for ADAPTER in PYTHON's environment (started on first use), or None
-    where no session directory is set or its zygote cannot fork safely (the caller starts a plain worker)."""
+def _zygote(python: Path, adapter: str, env: dict[str, str]) -> socket.socket | None:
+    """A connection to this session's zygote for ADAPTER in PYTHON's environment (started on first use), or None
+    where no session directory is set or its zygote cannot fork safely."""
     import fcntl
 
     import contracts
@@ -201,7 +203,6 @@ def forked_worker(python: Path, adapter: str, env: dict[str, str], cwd: str, std
     key = zygote_key(python, adapter, env, package)
     if (directory / f"{key}.failed").exists() or len(str(directory / f"{key}.sock")) + 12 > SOCKET_PATH_MAX:
         return None  # (a socket's path, with the zygote's pid on its temporary name, must fit sun_path)
-    request = {"env": env, "cwd": cwd, "stderr": stderr_path}
     sock = _connect(directory / f"{key}.sock")
     if sock is None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -216,13 +217,58 @@ def forked_worker(python: Path, adapter: str, env: dict[str, str], cwd: str, std
                     link.symlink_to(package)
                 sock = _start_zygote(directory, key, python, adapter, {**env, "PYTHONPATH": str(zygote_home)},
                                      str(zygote_home))
+    return sock
+
+
+def forked_worker(python: Path, adapter: str, env: dict[str, str], cwd: str, stderr_path: str) -> ForkedWorker | None:
+    """A worker forked from this session's zygote for ADAPTER in PYTHON's environment, or None where there is none
+    (the caller starts a plain worker)."""
+    sock = _zygote(python, adapter, env)
     if sock is None:
         return None
     try:
-        return ForkedWorker(sock, request)
+        return ForkedWorker(sock, {"env": env, "cwd": cwd, "stderr": stderr_path})
     except (OSError, ValueError, KeyError):
         sock.close()
         return None
+
+
+def forked_job(python: Path, adapter: str, env: dict[str, str], cwd: str, module: str, args: list[str],
+               timeout: float) -> subprocess.CompletedProcess | None:
+    """``python -m MODULE ARGS`` forked from this session's zygote for ADAPTER (a one-shot job such as an engine's
+    serving loop: a process of its own, as ``subprocess.run`` starts one, without importing the engine again), its
+    output captured as ``subprocess.run(capture_output=True, text=True)`` captures it; None where there is no
+    zygote (the caller starts the job from scratch). Past TIMEOUT the job is killed and ``TimeoutExpired`` raised."""
+    import select
+
+    sock = _zygote(python, adapter, env)
+    if sock is None:
+        return None
+    out, err = Path(cwd) / "job.stdout", Path(cwd) / "job.stderr"
+    request = {"env": env, "cwd": cwd, "stderr": str(err), "job": {"module": module, "args": args, "stdout": str(out)}}
+    lines = sock.makefile("r", encoding="utf-8", newline="\n")
+    argv = [str(python), "-m", module, *args]
+    try:
+        sock.sendall((json.dumps(request) + "\n").encode())
+        first = lines.readline()
+        if not first:
+            return None
+        pid = int(json.loads(first)["pid"])
+        ready, _, _ = select.select([sock], [], [], timeout)
+        if not ready:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise subprocess.TimeoutExpired(argv, timeout)
+        code = int(json.loads(lines.readline() or '{"exit": -9}')["exit"])
+    except (OSError, ValueError, KeyError):
+        return None
+    finally:
+        lines.close()
+        sock.close()
+    read = lambda path: path.read_text(errors="replace") if path.is_file() else ""  # noqa: E731
+    return subprocess.CompletedProcess(argv, code, read(out), read(err))
 
 
 def stop_all(directory: Path) -> None:
@@ -249,6 +295,8 @@ def _serve_one(conn: socket.socket, adapter: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     request = json.loads(conn.makefile("r", encoding="utf-8").readline())
     pid = os.fork()
+    if pid == 0 and "job" in request:
+        _run_job(conn, request)
     if pid == 0:
         code = 1
         # the exit handlers inherited are the zygote's (what it made while importing, which its next workers use):
@@ -288,6 +336,47 @@ def _serve_one(conn: socket.socket, adapter: str) -> None:
     except OSError:
         pass
     os._exit(0)
+
+
+def _run_job(conn: socket.socket, request: dict) -> None:
+    """In the forked child: ``python -m MODULE ARGS`` as ``runpy`` runs it, its stdout and stderr into the request's
+    files, stdin empty; ends the process with its exit status (the warden reports it)."""
+    import runpy
+
+    atexit._clear()  # the zygote's, as in a worker
+    code = 1
+    try:
+        job = request["job"]
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        conn.sendall((json.dumps({"pid": os.getpid()}) + "\n").encode())
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+            opened = os.open(path, flags, 0o600)
+            os.dup2(opened, fd)
+            os.close(opened)
+        conn.close()
+        sys.argv = [job["module"], *job["args"]]
+        runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001  (as the interpreter reports an uncaught exception: traceback, status 1)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        import threading
+
+        # as the interpreter ends: its threads joined, then its exit handlers
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,6 +176,28 @@ def test_a_forked_worker_removes_its_own_scratch_as_it_ends_and_leaves_the_zygot
     assert not Path(info["imported"]).exists(), "the zygote left its scratch behind"
 
 
+def test_a_job_forked_from_the_zygote_ends_as_the_same_job_started_from_scratch(zygotes, monkeypatch):
+    """``run_module``'s one-shot jobs (an engine's serving loop, convert's copy) fork from the engine's zygote in a
+    test session: the exit status, stdout and stderr of ``python -m MODULE ARGS`` started from scratch."""
+    from contracts.engines.remote import _package_only, run_module
+    from contracts.engines.zygote import forked_job
+
+    import shutil
+
+    scratch, env = _package_only("replayed")
+    try:
+        direct = forked_job(Path(sys.executable), "replayed", env, scratch, "contracts.cli", ["--help"], 60)
+    finally:
+        shutil.rmtree(scratch)
+    assert direct is not None and direct.returncode == 0 and direct.stdout.startswith("usage: ")
+    jobs = (["--help"], ["check", "/nowhere/draft"])
+    forked = [run_module(sys.executable, "contracts.cli", *args, engine="replayed") for args in jobs]
+    monkeypatch.delenv(ZYGOTES)
+    fresh = [run_module(sys.executable, "contracts.cli", *args, engine="replayed") for args in jobs]
+    assert [(p.returncode, p.stdout, p.stderr) for p in forked] == [(p.returncode, p.stdout, p.stderr) for p in fresh]
+    assert forked[1].returncode == 2 and forked[1].stderr.startswith("eagle3-contracts: error: ")
+
+
 def test_the_settings_that_key_no_zygote_are_read_only_when_a_check_runs():
     """READ_PER_CHECK holds only settings no module reads as it is imported (at module or class level, or as a
     default argument): a forked worker would keep its zygote's value of one that is."""
