@@ -47,8 +47,9 @@ START_TIMEOUT_S = 300.0
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last a NUL
 # a zygote no client has asked for in this long ends (a later client starts another). One suite session judges each
 # release's contract items beside the tests that use the release, minutes apart: at 120 s a /proc watcher saw 8 of
-# 22 zygotes started again after they had ended idle (10-20 s of CPU each); ten minutes keeps them, at 0.5-0.6 GB
-# each, a dozen at most alive at once in that session
+# 22 zygotes started again after they had ended idle (10-20 s of CPU each); ten minutes keeps them: 13 at most alive
+# at once over a run, their RSS summed 5.5 GB (a page two share counted twice), available memory never under 17 GB
+# of the 2-core machine's 24
 IDLE_S = 600.0
 
 
