@@ -251,10 +251,12 @@ def forked_job(python: Path, adapter: str, env: dict[str, str], cwd: str, module
     argv = [str(python), "-m", module, *args]
     try:
         sock.sendall((json.dumps(request) + "\n").encode())
-        first = lines.readline()
-        if not first:
-            return None
-        pid = int(json.loads(first)["pid"])
+        pid = int(json.loads(lines.readline() or "{}")["pid"])
+    except (OSError, ValueError, KeyError):
+        lines.close()
+        sock.close()
+        return None  # not started: the caller starts it from scratch (once it has started, it is never run twice)
+    try:
         ready, _, _ = select.select([sock], [], [], timeout)
         if not ready:
             try:
@@ -262,9 +264,7 @@ def forked_job(python: Path, adapter: str, env: dict[str, str], cwd: str, module
             except ProcessLookupError:
                 pass
             raise subprocess.TimeoutExpired(argv, timeout)
-        code = int(json.loads(lines.readline() or '{"exit": -9}')["exit"])
-    except (OSError, ValueError, KeyError):
-        return None
+        code = int(json.loads(lines.readline() or '{"exit": -9}')["exit"])  # (no line: its warden was killed)
     finally:
         lines.close()
         sock.close()
