@@ -239,35 +239,25 @@ def forked_job(python: Path, adapter: str, env: dict[str, str], cwd: str, module
     """``python -m MODULE ARGS`` forked from this session's zygote for ADAPTER (a one-shot job such as an engine's
     serving loop: a process of its own, as ``subprocess.run`` starts one, without importing the engine again), its
     output captured as ``subprocess.run(capture_output=True, text=True)`` captures it; None where there is no
-    zygote (the caller starts the job from scratch). Past TIMEOUT the job is killed and ``TimeoutExpired`` raised."""
-    import select
-
+    zygote (the caller starts the job from scratch). Past TIMEOUT the job is killed and ``TimeoutExpired`` raised.
+    Driven as a forked worker is (``ForkedWorker``: its pid, then the warden's exit line)."""
     sock = _zygote(python, adapter, env)
     if sock is None:
         return None
     out, err = Path(cwd) / "job.stdout", Path(cwd) / "job.stderr"
-    request = {"env": env, "cwd": cwd, "stderr": str(err), "job": {"module": module, "args": args, "stdout": str(out)}}
-    lines = sock.makefile("r", encoding="utf-8", newline="\n")
     argv = [str(python), "-m", module, *args]
     try:
-        sock.sendall((json.dumps(request) + "\n").encode())
-        pid = int(json.loads(lines.readline() or "{}")["pid"])
+        job = ForkedWorker(sock, {"env": env, "cwd": cwd, "stderr": str(err),
+                                  "job": {"module": module, "args": args, "stdout": str(out)}})
     except (OSError, ValueError, KeyError):
-        lines.close()
         sock.close()
         return None  # not started: the caller starts it from scratch (once it has started, it is never run twice)
     try:
-        ready, _, _ = select.select([sock], [], [], timeout)
-        if not ready:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            raise subprocess.TimeoutExpired(argv, timeout)
-        code = int(json.loads(lines.readline() or '{"exit": -9}')["exit"])  # (no line: its warden was killed)
-    finally:
-        lines.close()
+        code = job.wait(timeout)
+    except subprocess.TimeoutExpired:
+        job.kill()
         sock.close()
+        raise subprocess.TimeoutExpired(argv, timeout) from None
     read = lambda path: path.read_text(errors="replace") if path.is_file() else ""  # noqa: E731
     return subprocess.CompletedProcess(argv, code, read(out), read(err))
 
