@@ -23,6 +23,10 @@ process:
   naive      load every tensor, build SGLang's draft model on CPU, call its load_weights
   startup    importing SGLang, making its CPU context and loading its model registry (paid by both)
   work       both ways in one process after that start-up, each timed directly
+  hub        `check hf:ORG/NAME --target hf:ORG/NAME` against the loopback stand-in of the Hub (tests/hub_standin.py):
+             the bytes fetched for each bundled draft, and for the Llama-3.1-8B-sized drafter as speculators publishes
+             one (1.9 GB, with its embedding) on each engine, beside what a download of the drafter fetches; the
+             peaks of the process tree's summed Pss and RSS
   vllm       `check --engine vllm` (vLLM 0.32.0's CPU build, in its own environment: a worker process) on the
              Kimi-sized drafter against the naive way there (vLLM's draft class built on CPU by its own loader
              utilities, every tensor loaded, its load_weights): wall time and the peak of the summed RSS of the
@@ -292,8 +296,8 @@ def contract_peaks(py: str, draft: Path, targets: dict[str, Path]) -> list[tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", help="write the sparse checkpoints here and keep them")
-    parser.add_argument("--only", default="engines,startup,small,peaks,naive,vllm",
-                        help="sections to run (engines, startup, small, peaks, naive, vllm)")
+    parser.add_argument("--only", default="engines,startup,small,peaks,naive,hub,vllm",
+                        help="sections to run (engines, startup, small, peaks, naive, hub, vllm)")
     parser.add_argument("--engines", default="sglang,vllm==0.32.0,llamacpp,openvino",
                         help="the engines of the `engines` table")
     args = parser.parse_args()
@@ -335,6 +339,8 @@ def main() -> None:
                   f"{'every contract under 1 GB' if worst[4] < 1024 else 'OVER 1 GB'}\n")
         if "naive" in sections:
             naive_comparison(py, root, tg)
+        if "hub" in sections:
+            hub_reads(py, root, repo, tg, args.engines.split(","))
         if "vllm" in sections:
             vllm_comparison(py, root, tg)
     finally:
@@ -503,6 +509,58 @@ def measure_tree(argv: list[str], env: dict | None = None) -> dict:
             "exit": proc.returncode,
             "process_peaks_mb": {cmd: round(kb / 1024) for kb, cmd in peaks.values() if kb > 50 * 1024},
             "stdout": out.read().decode(), "stderr": err.read().decode()[-400:]}
+
+
+def hub_reads(py: str, root: Path, repo: Path, tg: dict, engines: list[str]) -> None:
+    """Drafters judged where they are published: the loopback stand-in serves the bundled drafts and a 1.9 GB drafter;
+    the bytes each check fetched (its report, and what left the server) against the drafter's size."""
+    sys.path.insert(0, str(repo / "tests"))
+    from hub_standin import HubStandIn
+
+    llama = root / "hub-llama-3.1-8b-drafter"
+    drafter(llama, hidden=4096, vocab=128256, draft_vocab=32000, heads=32, kv_heads=8, inter=14336,
+            layer_prefix="layers.0", with_embed=True, ids=[1, 15, 28])
+    bundled = sorted(p for p in (repo / "fixtures" / "drafts").iterdir() if (p / "config.json").is_file())
+    repos = {f"bench/{p.name}": p for p in bundled}
+    repos.update({"bench/llama-3.1-8b-drafter": llama, "bench/llama-3.1-8b-target": tg["llama-3.1-8b-target"]})
+    with HubStandIn(repos) as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(root / "hf-cache"),
+               "EAGLE3_CONTRACTS_HUB_CACHE": str(root / "hub-cache")}
+        print("bytes fetched from the loopback Hub, each bundled draft (`check hf:bench/NAME --only key-naming`, "
+              "a cold cache):")
+        print("| draft | weights | fetched (report) | sent by the server | tensors left unread |\n|---|---|---|---|---|")
+        for p in bundled:
+            before = hub.served_bytes[f"bench/{p.name}"]
+            m = measure_tree([py, "-m", "contracts.cli", "check", f"hf:bench/{p.name}", "--only", "key-naming",
+                              "--format", "json"], env)
+            try:
+                got = json.loads(m["stdout"])["hub"]["draft"]
+            except (ValueError, KeyError):
+                print(f"| {p.name} | - | - | - | {m['stderr'].strip()[-160:]} |")
+                continue
+            print(f"| {p.name} | {got['weight_bytes']:,} B | {got['fetched_bytes']:,} B | "
+                  f"{hub.served_bytes[f'bench/{p.name}'] - before:,} B | {got['tensors_not_fetched']} |", flush=True)
+        print("\nthe Llama-3.1-8B-sized drafter (speculators' layout with its embedding) from the loopback Hub, "
+              "every contract, config-only target from the Hub:")
+        print("| engine | wall | summed Pss | summed RSS | weights | fetched | share | exit | verdicts |\n"
+              "|---|---|---|---|---|---|---|---|---|")
+        for engine in engines:
+            m = measure_tree([py, "-m", "contracts.cli", "check", "hf:bench/llama-3.1-8b-drafter", "--target",
+                              "hf:bench/llama-3.1-8b-target", "--engine", engine, "--format", "json"], env)
+            try:
+                doc = json.loads(m["stdout"])
+                got = doc["hub"]["draft"]
+            except (ValueError, KeyError):
+                print(f"| {engine} | {m['wall_s']} s | | | | | | {m['exit']} | {m['stderr'].strip()[-160:]} |")
+                continue
+            counts: dict = {}
+            for r in doc["results"]:
+                counts[r["status"]] = counts.get(r["status"], 0) + 1
+            print(f"| {engine} | {m['wall_s']} s | {m['peak_pss_mb']:.0f} MB | {m['peak_rss_mb']:.0f} MB | "
+                  f"{got['weight_bytes'] / 1e9:.2f} GB | {got['fetched_bytes'] / 1e3:.0f} kB | "
+                  f"{100 * got['fetched_bytes'] / got['weight_bytes']:.3f} % | {m['exit']} | "
+                  f"{', '.join(f'{n} {k}' for k, n in sorted(counts.items()))} |", flush=True)
+    print()
 
 
 def vllm_comparison(py: str, root: Path, tg: dict) -> None:

@@ -82,6 +82,42 @@ class InputError(Exception):
     """The input cannot be judged at all (missing, malformed, unsafe). Rendered as one line, exit 2."""
 
 
+# Beside a draft read from the Hub by ranges (contracts.hub): the tensors whose bytes were not fetched, by file
+NOT_FETCHED = "eagle3-contracts-not-fetched.json"
+_NOT_FETCHED: dict[Path, dict] = {}
+
+
+class WeightsNotFetched(BaseException):
+    """A check asked for the values of a tensor a Hub draft's local copy holds only the header of (its bytes are a
+    hole of the sparse file, read back as zeros). Whatever needed it is not judged and says ``--download``.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: the engines' adapters read an exception raised inside the
+    engine's loader as the engine's refusal of the draft (``except Exception``), and zeros read as weights would be
+    verdicts about tensors nobody read. Caught by the judging loop and the engine worker's dispatch only."""
+
+
+def not_fetched(directory: Path) -> dict:
+    """``{file name: [tensor names]}`` of DIRECTORY's tensors not fetched from the Hub ({} for a local checkpoint)."""
+    directory = Path(directory)
+    if directory not in _NOT_FETCHED:
+        record = directory / NOT_FETCHED
+        try:
+            data = json.loads(record.read_text()) if record.is_file() else {}
+        except (OSError, ValueError):
+            data = {}
+        _NOT_FETCHED[directory] = data
+    return _NOT_FETCHED[directory].get("not_fetched") or {}
+
+
+def require_fetched(path: Path, name: str) -> None:
+    """Raise ``WeightsNotFetched`` when tensor NAME of weight file PATH was left unread by a ranged Hub read."""
+    path = Path(path)
+    if name in not_fetched(path.parent).get(path.name, ()):
+        record = _NOT_FETCHED[path.parent]
+        raise WeightsNotFetched(f"{name}: not fetched from hf:{record.get('repo')}@{str(record.get('commit'))[:10]} "
+                                "(its config, headers and small tensors were read by ranges): rerun with --download")
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -227,6 +263,7 @@ def pickle_globals(path: Path) -> list[str]:
 def tensor_rows(path: Path, name: str):
     """A lazily sliced view of tensor NAME in one weight file: ``view[a:b]`` reads only those rows, and
     ``shape`` is its shape (safetensors: read from the file, not mapped; a memory-mapped torch tensor)."""
+    require_fetched(Path(path), name)
     if Path(path).suffix == ".safetensors":
         with Path(path).open("rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
@@ -485,6 +522,11 @@ class Checkpoint:
     def has_weights(self) -> bool:
         return bool(self.tensors)
 
+    @property
+    def not_fetched(self) -> list[str]:
+        """Tensors of a Hub draft read by ranges whose values were not fetched (``contracts.hub``; [] when local)."""
+        return sorted(n for names in not_fetched(self.path).values() for n in names)
+
     @cached_property
     def trainer_format(self) -> str:
         """``speculators`` (nested config, as speculators saves it), ``specforge`` (its SGLang export's
@@ -499,6 +541,7 @@ class Checkpoint:
         """Read one tensor (used for the small ones, and for tiny drafts' load tracing)."""
         info = self.tensors[name]
         path = self.path / info.file
+        require_fetched(path, name)
         if path.suffix != ".safetensors":
             return read_torch_weights(path)[name]
         from safetensors import safe_open
@@ -515,6 +558,7 @@ class Checkpoint:
         that has its own (torch alone is ~220 MB of the summed tree)."""
         info = self.tensors[name]
         path = self.path / info.file
+        require_fetched(path, name)
         if path.suffix == ".safetensors" and info.dtype in NUMPY_DTYPES:
             from safetensors import safe_open
 
@@ -532,6 +576,7 @@ class Checkpoint:
 
         by_file: dict[str, list[str]] = {}
         for name, info in self.tensors.items():
+            require_fetched(self.path / info.file, name)
             by_file.setdefault(info.file, []).append(name)
         for file, names in sorted(by_file.items()):
             if not file.endswith(".safetensors"):

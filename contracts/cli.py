@@ -1,6 +1,8 @@
 """``eagle3-contracts``: check a draft checkpoint against the engine's real code, or convert one.
 
     eagle3-contracts check CHECKPOINT [--target DIR] [--engine sglang[==VERSION]|vllm[==VERSION]] [--runner v1|v2]
+                           (CHECKPOINT and DIR: a directory, or hf:ORG/NAME[@REVISION] on the Hub, read by
+                           ranges; --download fetches every file)
                            [--only IDS] [--format text|json|junit|markdown] [--output FILE] [--strict]
     eagle3-contracts check --examples [--engine sglang==X]   (every bundled trainer-built draft)
     eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,vllm==B [--format text|json|markdown]
@@ -38,6 +40,8 @@ from contracts.engine_spec import EngineSpec, EngineSpecError
 from contracts.input_bounds import one_line
 
 FORMATS = ("text", "json", "junit", "markdown")
+DOWNLOAD_HELP = ("hf:ORG/NAME inputs: fetch every file of the repositories (huggingface_hub's cache) instead of the "
+                 "configs, safetensors headers and small tensors read by ranges")
 
 
 class UsageError(Exception):
@@ -53,8 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="eagle3-contracts", description="Executable EAGLE-3 draft/engine contracts.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("check", help="judge a draft checkpoint with every contract")
-    c.add_argument("checkpoint", nargs="?", help="draft checkpoint directory")
-    c.add_argument("--target", help="target model directory (config.json; weights optional, but llama.cpp needs them)")
+    c.add_argument("checkpoint", nargs="?", help="draft checkpoint directory, or hf:ORG/NAME[@REVISION] on the Hub")
+    c.add_argument("--target", help="target model directory (config.json; weights optional, but llama.cpp needs them), "
+                                    "or hf:ORG/NAME[@REVISION]")
     c.add_argument("--trainer", choices=tuple(TRAINERS),
                    help="the library that trained a flat-config draft (for a draft converted by hand: its aux "
                         "layer ids are then read in that trainer's convention)")
@@ -70,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="exit 0 although a contract was not judged for want of an input you could give (--target, "
                         "the target's weights, --trainer); without it such a run exits 3")
     c.add_argument("--examples", action="store_true", help="check every bundled example")
+    c.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
     m = sub.add_parser("matrix", help="which engine releases serve a draft as trained (contract × release table)")
     m.add_argument("checkpoint", help="draft checkpoint directory")
     m.add_argument("--target", help="target model directory (config.json; weights optional)")
@@ -84,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--output", help="write the matrix to FILE instead of stdout")
     m.add_argument("--allow-not-judged", action="store_true",
                    help="exit 0 although a contract was not judged for want of an input you could give (as for check)")
+    m.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
     b = sub.add_parser("build-tiny", help="build a tiny draft with the trainer release installed here (then: check DIR)")
     b.add_argument("--trainer", choices=tuple(TRAINERS), required=True)
     b.add_argument("--out", required=True, help="output directory (new, empty, or an earlier build-tiny output)")
@@ -233,6 +240,7 @@ def _run_check(args) -> int:
     else:
         if not args.checkpoint:
             raise UsageError("check: give a CHECKPOINT directory (or --examples)")
+        _from_hub(args)
         from contracts.builds import read_record, subject_for
         from contracts.bundled import bundled_subject_for
 
@@ -249,8 +257,10 @@ def _run_check(args) -> int:
     for s in subjects:  # validate every input before any engine work
         s.checkpoint, s.target, s.conversion_record  # noqa: B018
     reports = []
+    from contracts.hub import record
+
     for s in subjects:
-        rep = report(s, only)
+        rep = record(report(s, only))
         if args.examples:
             rep["name"] = s.name
         reports.append(rep)
@@ -268,6 +278,7 @@ def _run_matrix(args) -> int:
     engines = [_engine(e.strip()) for e in args.engines.split(",") if e.strip()]
     if not engines:
         raise UsageError("matrix: give at least one engine in --engines")
+    _from_hub(args)
     only = _selected(args.only)
     from contracts.bundled import bundled_subject_for
 
@@ -282,6 +293,16 @@ def _run_matrix(args) -> int:
     doc = matrix.run(subjects, only)
     _emit(matrix.render(doc, args.format, all_paths=args.all_paths), args.output)
     return matrix.exit_code(doc, args.allow_not_judged)
+
+
+def _from_hub(args, download: bool | None = None) -> None:
+    """``hf:ORG/NAME[@REV]`` checkpoint and target arguments replaced by their local copies (``contracts.hub``)."""
+    from contracts.hub import local
+
+    download = getattr(args, "download", False) if download is None else download
+    for attr, role in (("checkpoint", "draft"), ("src", "draft"), ("draft", "draft"), ("target", "target")):
+        if getattr(args, attr, None):
+            setattr(args, attr, local(getattr(args, attr), role=role, download=download))
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -339,6 +360,7 @@ def _run_convert(args) -> int:
         raise UsageError(f"convert: give --to {'|'.join(convert_targets())} (or --engine NAME==VERSION)")
     if engine is not None and engine.name != to:
         raise InputError(f"--engine {engine} is not a {to} release (--to {to})")
+    _from_hub(args, download=True)  # the copy to deploy holds every weight
     c = convert(args.src, args.dst, target=args.target, engine=engine or _engine(to), trainer=args.trainer,
                 verbatim=args.verbatim, link=args.link)
     paths = [c.report, *c.other_reports]
@@ -391,6 +413,7 @@ def _run_accept(args) -> int:
     if args.tokens < 1 or args.prompts < 1 or args.max_tokens < 1 or args.temperature < 0:
         raise UsageError("accept: --tokens, --prompts and --max-tokens must be at least 1, --temperature at least 0")
     engine = _engine(args.engine, args.runner)
+    _from_hub(args, download=True)  # served: every weight
     _guard_output(args.output, [Path(args.draft), Path(args.target)])
     try:
         result = measure(args.draft, args.target, engine=engine, tokens=args.tokens, prompts=args.prompts,

@@ -32,8 +32,12 @@ class JudgedSubject(SubjectView, Protocol):
     def close(self) -> None: ...
 
 
+NEEDS_DOWNLOAD = "the draft's full weights (--download)"
+
+
 def judge(subject: SubjectView, only: list[str] | None = None) -> list[Result]:
     """The selected contracts (default all) on SUBJECT, in registry order, root causes marked."""
+    from contracts.checkpoint import WeightsNotFetched
     from contracts.engines.errors import ReplayError
     from contracts.refusals import DRAFT_ARCHITECTURE_FIX, REFUSED, fix_for_refusal
 
@@ -46,7 +50,7 @@ def judge(subject: SubjectView, only: list[str] | None = None) -> list[Result]:
         # its own (~0.5 GB: torch and the trainer's modules), and beside a loaded engine the tree held both
         try:
             getattr(subject, "reference", None)
-        except Exception:  # noqa: BLE001  (forward-parity meets the same error again and reports it)
+        except (Exception, WeightsNotFetched):  # noqa: BLE001  (forward-parity meets the same error again)
             pass
     results, refused_in = [], None
     for c in selected:
@@ -73,6 +77,10 @@ def judge(subject: SubjectView, only: list[str] | None = None) -> list[Result]:
                                   needs=e.needs))
         except ReplayError as e:  # this suite cannot replay that part of the engine on this release
             results.append(Result(c.id, SKIP, f"not judged: {e}", {"replay_error": str(e)}))
+        except WeightsNotFetched as e:  # a Hub draft read by ranges: this contract reads a tensor left unread
+            results.append(Result(c.id, SKIP, f"not judged: it reads the draft's weights, and {e}",
+                                  {"not_fetched": str(e)}, "rerun with --download (every file of the repository)",
+                                  needs=NEEDS_DOWNLOAD))
     return mark_causes(_pointers_kept(results, refused_in))
 
 

@@ -24,9 +24,10 @@ _EXPECTED_KEY = pytest.StashKey[dict]()
 def pytest_addoption(parser):
     group = parser.getgroup("eagle3-contracts", "EAGLE-3 draft/engine contracts")
     group.addoption("--checkpoint", action="append", default=[], metavar="DIR",
-                    help="draft checkpoint to run every contract on (repeatable)")
+                    help="draft checkpoint to run every contract on, a directory or hf:ORG/NAME[@REV] (repeatable)")
     group.addoption("--target", action="append", default=[], metavar="DIR",
-                    help="target model directory for the --checkpoint at the same position (repeatable)")
+                    help="target model directory (or hf:ORG/NAME[@REV]) for the --checkpoint at the same position "
+                         "(repeatable)")
     group.addoption("--trainer", action="append", default=[], metavar="NAME",
                     help="speculators, specforge or modelopt: the trainer of the --checkpoint at the same position")
     group.addoption("--build-with", action="append", default=[], metavar="TRAINER", dest="contracts_build_with",
@@ -88,27 +89,35 @@ def pytest_configure(config):
     from contracts.checkpoint import InputError
     from contracts.input_bounds import one_line
 
+    from contracts.hub import local
+
     subjects, expected = [], {}
     builds = _builds(config)
+    given = list(zip(checkpoints, targets + [None] * (len(checkpoints) - len(targets))))
+    try:  # hf:ORG/NAME[@REV] made local once (contracts.hub): the name and the reproduce line keep the spec
+        where = {spec: local(spec, role=role) for pair in given for spec, role in zip(pair, ("draft", "target"))
+                 if spec}
+    except InputError as e:
+        raise pytest.UsageError(one_line(str(e))) from None
     for engine in engines(config):
-        for i, ckpt in enumerate(checkpoints):
-            base = ckpt.rstrip("/").split("/")[-1]
+        for i, (given_ckpt, given_target) in enumerate(given):
+            ckpt, target = where[given_ckpt], where.get(given_target)
+            base = given_ckpt.rstrip("/").split("/")[-1]
             name = _named(f"{i}-{base}" if len(checkpoints) > 1 else base, engine)
-            target = targets[i] if i < len(targets) else None
             try:
                 record = read_record(ckpt)
             except InputError as e:
                 raise pytest.UsageError(str(e)) from None
             if record is not None:  # a build-tiny output: its record's facts, its twin's documented verdicts
                 subjects.append(subject_for(ckpt, engine, name=name, target=target))
-                _REPRODUCE[name] = ["--checkpoint", ckpt, *(["--target", target] if target else []),
+                _REPRODUCE[name] = ["--checkpoint", given_ckpt, *(["--target", given_target] if target else []),
                                     *_engine_args(engine)]
                 expected.update({(name, c): why for c, why in (twin_expectations(record, engine) or {}).items()})
                 continue
             trainers = config.getoption("trainer")
             trainer = trainers[i] if i < len(trainers) else None
             subjects.append(Subject(name, ckpt, target, trainer=trainer, engine=engine))
-            _REPRODUCE[name] = ["--checkpoint", ckpt, *(["--target", target] if target else []),
+            _REPRODUCE[name] = ["--checkpoint", given_ckpt, *(["--target", given_target] if target else []),
                                 *(["--trainer", trainer] if trainer else []), *_engine_args(engine)]
         for subject in subjects:  # every input validated once, before any engine work: one line, not one per item
             try:

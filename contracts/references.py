@@ -213,6 +213,12 @@ def kept_answer(kind: str, parts: list, draft: Path, target: Path, make) -> tupl
 def _made(subject, trainer: str, release: str, why: str, synthetic: bool, form: str | None = None) -> Reference:
     """The reference TRAINER RELEASE's job makes on SUBJECT's weights (``form``: staged first in the form that trainer's
     code reads, for a draft whose trainer is unknown), from the cache when it was made before."""
+    if subject.checkpoint.not_fetched:  # a Hub draft read by ranges: the trainer's forward reads every weight
+        from contracts.judging import NEEDS_DOWNLOAD
+
+        return Reference(trainer=trainer, version=release, needs=NEEDS_DOWNLOAD,
+                         unavailable=f"the trainer's forward reads every weight, and "
+                                     f"{len(subject.checkpoint.not_fetched)} tensor(s) of this Hub draft were not fetched")
     from contracts.environments.engines import add_setup_seconds
     from contracts.engines.remote import run_module
     from contracts.environments.trainers import TrainerBuildError, environment_for

@@ -89,13 +89,19 @@ def command_prefix() -> str:
 
 
 def _reproduce(rep: dict, contract: str) -> str:
-    cmd = [command_prefix(), "check", rep["checkpoint"]]
+    hub = rep.get("hub") or {}
+    cmd = [command_prefix(), "check", _hub_spec(hub.get("draft")) or rep["checkpoint"]]
     if rep.get("target"):
-        cmd += ["--target", rep["target"]]
+        cmd += ["--target", _hub_spec(hub.get("target")) or rep["target"]]
     spec = EngineSpec.parse(rep.get("engine_spec") or default_engine())
     if str(spec) != default_engine():
         cmd += ["--engine", str(spec.with_runner(None))] + (["--runner", spec.runner] if spec.runner else [])
     return " ".join([cmd[0], *(shlex.quote(c) for c in cmd[1:] + ["--only", contract])])
+
+
+def _hub_spec(fetched: dict | None) -> str | None:
+    """``hf:ORG/NAME@COMMIT`` of a checkpoint read from the Hub (``contracts.hub.Fetched.to_dict``), else None."""
+    return f"hf:{fetched['repo']}@{fetched['commit']}" if fetched else None
 
 
 def _evidence_lines(evidence: dict) -> list[str]:
@@ -150,9 +156,12 @@ def render_text(reports: list[dict]) -> str:
     for rep in reports:
         engine = rep["engine"]
         out.append(f"{rep.get('name') or rep['checkpoint']}  ({rep['trainer_format']} checkpoint, "
-                   f"target {rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
+                   f"target {_hub_spec((rep.get('hub') or {}).get('target')) or rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
                    f"{_duration(rep)})")
         out.append(f"  judged on {path_label(rep)}")
+        for role in ("draft", "target"):
+            if (rep.get("hub") or {}).get(role):
+                out.append(f"  {(rep['hub'][role]['summary'])}")
         if (rep.get("judged_as") or {}).get("form") == "converted":
             out.append(f"  judged in its verbatim conversion, as `{rep['judged_as']['command']}` (a hand conversion) "
                        f"writes it; to deploy: `{rep['judged_as']['to_deploy']}`")

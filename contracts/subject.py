@@ -150,16 +150,17 @@ class Subject:
         """The hand conversion the verdicts judge (``--verbatim``), or the faithful one to deploy."""
         import shlex
 
+        from contracts.hub import shown
         from contracts.report import command_prefix
 
-        src = str(self.checkpoint_path).rstrip("/")
+        src, stem = shown(self.checkpoint_path)
         if verbatim:
             return (f"{command_prefix()} convert --to {self.engine_name} --verbatim {shlex.quote(src)} "
-                    f"{shlex.quote(src + '-' + self.engine_name)}")
-        target = shlex.quote(str(self.target_path)) if self.target_path else "TARGET"
+                    f"{shlex.quote(stem + '-' + self.engine_name)}")
+        target = shlex.quote(shown(self.target_path)[0]) if self.target_path else "TARGET"
         engine = f" --engine {self.engine}" if self.engine.version else ""
         return (f"{command_prefix()} convert --to {self.engine_name} {shlex.quote(src)} "
-                f"{shlex.quote(src + '-' + self.engine_name)} --target {target}{engine}")
+                f"{shlex.quote(stem + '-' + self.engine_name)} --target {target}{engine}")
 
     @cached_property
     def saved_config_obs(self):

@@ -159,7 +159,7 @@ FLOORS = [
     {"environments": ("contracts.environments",)},
     {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
     {"subject": ("contracts.subject", "contracts.judging", "contracts.convert_command", "contracts.recordings", "contracts.bundled",
-                 "contracts.builds", "contracts.references")},
+                 "contracts.builds", "contracts.references", "contracts.hub")},
     {"runs": ("contracts.trainers", "contracts.accept")},
     {"tables": ("contracts.tables",)},
     {"front ends": ("contracts.cli", "contracts.plugin")},

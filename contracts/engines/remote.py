@@ -255,6 +255,10 @@ class WorkerEngine:
                 raise EngineBuildError(message)
             if kind == "ReplayError":
                 raise ReplayError(message)
+            if kind == "WeightsNotFetched":
+                from contracts.checkpoint import WeightsNotFetched
+
+                raise WeightsNotFetched(message)
             raise WorkerError(f"{self.spec} worker: {message}")
         return DECODE[op](reply["result"])
 
