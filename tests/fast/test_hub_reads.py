@@ -158,3 +158,17 @@ def test_a_draft_record_names_where_it_came_from(served):
     assert hub.shown(path) == (f"hf:org/speculators-default-hd32@{served.commit('org/speculators-default-hd32')}",
                                "./speculators-default-hd32")
     assert json.loads(json.dumps(report))  # plain JSON
+
+
+def test_an_unread_tensor_crosses_the_engine_workers_pipe_as_itself():
+    """An engine worker that meets a tensor left unread answers it as such (not as an internal error of its own), and
+    the client raises it again for the judging loop to mark the contract not judged."""
+    from contracts.engines.worker import _answer
+
+    class Reads:
+        def load(self, **_):
+            raise WeightsNotFetched("embed_tokens.weight: not fetched from hf:org/x@0123456789: rerun with --download")
+
+    reply = _answer(Reads(), {"op": "load", "args": {}})
+    assert reply == {"error": {"kind": "WeightsNotFetched", "message": "embed_tokens.weight: not fetched from "
+                                                                        "hf:org/x@0123456789: rerun with --download"}}
