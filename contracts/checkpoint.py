@@ -326,6 +326,16 @@ class _Rows:
         return self.view[index]
 
 
+def header_length(head: bytes, size: int, where: str) -> int:
+    """The header length a safetensors file of SIZE bytes starts with (HEAD: its first 8 bytes), within bounds."""
+    if len(head) < 8:
+        raise InputError(f"{where}: truncated safetensors file ({size} bytes, no header length)")
+    (n,) = struct.unpack("<Q", head)
+    if n > MAX_HEADER_BYTES or 8 + n > size:
+        raise InputError(f"{where}: truncated or malformed safetensors file (header claims {n} bytes, file has {size})")
+    return n
+
+
 def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
     """Parse and validate one safetensors header (names, dtypes, shapes, offsets) without reading data.
 
@@ -335,13 +345,7 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
     try:
         with open_regular(path, "safetensors file") as f:
             size = os.fstat(f.fileno()).st_size
-            head = f.read(8)
-            if len(head) < 8:
-                raise InputError(f"{path}: truncated safetensors file ({size} bytes, no header length)")
-            (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER_BYTES or 8 + n > size:
-                raise InputError(f"{path}: truncated or malformed safetensors file "
-                                 f"(header claims {n} bytes, file has {size})")
+            n = header_length(f.read(8), size, str(path))
             raw = f.read(n)
     except BoundError as e:
         raise InputError(str(e)) from None

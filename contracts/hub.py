@@ -30,9 +30,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.checkpoint import (NOT_FETCHED, NOT_WEIGHTS, Checkpoint, InputError, TensorInfo,
+from contracts.checkpoint import (NOT_FETCHED, NOT_WEIGHTS, Checkpoint, InputError, TensorInfo, header_length,
                                   read_safetensors_header)
-from contracts.input_bounds import MAX_HEADER_BYTES
 
 PREFIX = "hf:"
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
@@ -415,12 +414,7 @@ class _Ranges:
     def header(self, name: str, local: Path, size: int) -> int:
         """The safetensors header of repository file NAME written into LOCAL, a sparse file of SIZE bytes; its bytes."""
         head = self.get(name, 0, min(8, size)) if size else b""
-        if len(head) < 8:
-            raise InputError(f"{self.ref}: {name}: truncated safetensors file ({size} bytes, no header length)")
-        (n,) = struct.unpack("<Q", head)
-        if n > MAX_HEADER_BYTES or 8 + n > size:
-            raise InputError(f"{self.ref}: {name}: truncated or malformed safetensors file (header claims {n} "
-                             f"bytes, file has {size})")
+        n = header_length(head, size, f"{self.ref}: {name}")
         raw = self.get(name, 8, 8 + n)
         with local.open("wb") as f:
             f.write(head + raw)

@@ -143,9 +143,13 @@ class HubStandIn:
                             entry["lfs"] = {"sha256": _etag(f, sha, 64), "size": f.stat().st_size,
                                             "pointerSize": 134}
                     siblings.append(entry)
-                data = json.dumps({"_id": sha[:24], "id": repo, "modelId": repo, "sha": sha, "private": False,
+                data = {"_id": sha[:24], "id": repo, "modelId": repo, "sha": sha, "private": False,
                                    "gated": "auto" if repo in hub.gated else False, "disabled": False,
-                                   "tags": [], "siblings": siblings}).encode()
+                                   "tags": [], "siblings": siblings}
+                self._json(data)
+
+            def _json(self, value) -> None:
+                data = json.dumps(value).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -171,12 +175,7 @@ class HubStandIn:
                     if f.suffix in LFS_SUFFIXES:
                         entry["lfs"] = {"oid": _etag(f, sha, 64), "size": f.stat().st_size, "pointerSize": 134}
                     entries.append(entry)
-                data = json.dumps(entries).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._json(entries)
 
             def _file(self, repo: str, name: str, body: bool):
                 root, sha = hub.repos[repo], hub.commit(repo)
