@@ -278,20 +278,28 @@ def _run_matrix(args) -> int:
     engines = [_engine(e.strip()) for e in args.engines.split(",") if e.strip()]
     if not engines:
         raise UsageError("matrix: give at least one engine in --engines")
+    name = args.checkpoint  # a Hub draft's rows are named by its hf: spec, not its local copy
     _from_hub(args)
     only = _selected(args.only)
     from contracts.bundled import bundled_subject_for
 
     def subject(engine: EngineSpec):  # a bundled example's directory: with its trainer's facts and reference, as check has it
         bundled = None if args.trainer else bundled_subject_for(args.checkpoint, engine, args.target)
-        return bundled or Subject(args.checkpoint, args.checkpoint, args.target, trainer=args.trainer, engine=engine)
+        return bundled or Subject(name, args.checkpoint, args.target, trainer=args.trainer, engine=engine)
 
     subjects = {e: [subject(e)] for e in engines}
     first = subjects[engines[0]][0]
     _guard_output(args.output, [first.checkpoint_path] + ([first.target_path] if first.target_path else []))
     first.checkpoint, first.target  # noqa: B018  (validate the inputs before any engine work)
     doc = matrix.run(subjects, only)
+    from contracts.hub import FETCHED
+
+    fetched = [FETCHED[str(p)] for p in (first.checkpoint_path, first.target_path) if str(p) in FETCHED]
+    if fetched:
+        doc["hub"] = {f.role: f.to_dict() for f in fetched}
     _emit(matrix.render(doc, args.format, all_paths=args.all_paths), args.output)
+    for f in fetched:  # what each row was judged from (in the JSON document: hub)
+        print(f"eagle3-contracts: {f.summary()}", file=sys.stderr)
     return matrix.exit_code(doc, args.allow_not_judged)
 
 

@@ -127,3 +127,14 @@ def test_the_plugin_judges_a_published_drafter_as_contract_items(served, tmp_pat
                               "--checkpoint", "hf:org/no-such-drafter"], cwd=tmp_path, env=env, capture_output=True,
                              text=True, timeout=600)
     assert missing.returncode == 4 and "hf:org/no-such-drafter: no such repository" in missing.stderr
+
+
+def test_matrix_names_a_published_drafter_and_says_what_it_fetched(served, capsys):
+    code = main(["matrix", "hf:org/speculators-default-hd32", "--target", "hf:org/llama-tiny-hd32", "--engines",
+                 "sglang", "--only", "key-naming,d2t-semantics", "--format", "json"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert code == 0, err
+    assert doc["hub"]["draft"]["fetched_bytes"] == served.served_bytes["org/speculators-default-hd32"]
+    assert "hf:org/speculators-default-hd32@" in err and "fetched by this run" in err
+    assert doc["subjects"][0] == "hf:org/speculators-default-hd32"  # rows named by the spec, not the local copy
