@@ -8,6 +8,8 @@
     eagle3-contracts matrix CHECKPOINT [--target DIR] --engines sglang==A,vllm==B [--format text|json|markdown]
                             [--all-paths]
     eagle3-contracts convert --to sglang|vllm|openvino SRC DST --target DIR [--engine E==X] [--trainer T] [--verbatim]
+    eagle3-contracts doctor URL [--draft DIR|hf:NAME] [--target DIR|hf:NAME] [--probe N] [--format text|json]
+                            (a running vLLM, SGLang or llama.cpp server: its measured acceptance beside the verdicts)
     eagle3-contracts build-tiny --trainer speculators|specforge|modelopt|automodel --out DIR [--target DIR]
                                 (a tiny draft built by the trainer release installed here; `check DIR` judges it)
     eagle3-contracts accept DRAFT --target DIR [--engine vllm==X|llamacpp==X] [--tokens 3] [--prompts N]
@@ -135,6 +137,23 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--link", action="store_true", help="symlink the weight files instead of copying them")
     v.add_argument("--copy", action="store_true", help=argparse.SUPPRESS)  # the default since convert deploys
     v.add_argument("--format", choices=FORMATS, default="text", help="format of the verdicts on DST")
+    d = sub.add_parser("doctor", help="read a running server's own endpoints (release, target, draft, measured "
+                                      "acceptance) and judge the same draft with every contract")
+    d.add_argument("url", help="the server, http://HOST:PORT (vLLM, SGLang or llama.cpp)")
+    d.add_argument("--draft", help="the draft's directory or hf:ORG/NAME, where the server does not name it (llama.cpp; "
+                                   "vLLM outside its development mode)")
+    d.add_argument("--target", help="the target's directory or hf:ORG/NAME, where the server names none this machine "
+                                    "reads (llama.cpp serves a GGUF)")
+    d.add_argument("--engine", help="the release, where the server does not say it (e.g. llamacpp==X)")
+    d.add_argument("--runner", choices=_runners(), help="the path the server runs on, where it does not say it")
+    d.add_argument("--probe", type=int, default=0, metavar="N",
+                   help="send N short greedy completions when the server has measured nothing yet (it only reads "
+                        "otherwise)")
+    d.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
+    d.add_argument("--format", choices=("text", "json"), default="text")
+    d.add_argument("--output", help="write the diagnosis to FILE instead of stdout")
+    d.add_argument("--allow-not-judged", action="store_true",
+                   help="exit 0 although the draft could not be judged for want of an input you could give")
     e = sub.add_parser("envs", help="the cached engine and trainer environments and converged builds, with their "
                                     "sizes; remove the old ones")
     e.add_argument("--remove-unused", type=float, metavar="DAYS",
@@ -437,6 +456,20 @@ def _run_accept(args) -> int:
     return 1 if result.get("verdict") else 0
 
 
+def _run_doctor(args) -> int:
+    import json
+
+    from contracts.doctor import diagnose, exit_code, render_text
+
+    if args.probe < 0:
+        raise UsageError("doctor: --probe N takes N >= 0")
+    _guard_output(args.output, [])
+    doc = diagnose(args.url, draft=args.draft, target=args.target, engine=args.engine, runner=args.runner,
+                   probe_requests=args.probe, download=args.download)
+    _emit(json.dumps(doc, indent=2, default=str) + "\n" if args.format == "json" else render_text(doc), args.output)
+    return exit_code(doc, args.allow_not_judged)
+
+
 def _run_envs(args) -> int:
     """List the environments' cache; with a --remove* option, take those entries out (a running build's is kept)."""
     import json
@@ -492,7 +525,8 @@ def main(argv=None) -> int:
     try:
         args = _parser().parse_args(argv)
         return {"check": _run_check, "matrix": _run_matrix, "convert": _run_convert,
-                "build-tiny": _run_build_tiny, "accept": _run_accept, "envs": _run_envs}[args.command](args)
+                "build-tiny": _run_build_tiny, "accept": _run_accept, "envs": _run_envs,
+                "doctor": _run_doctor}[args.command](args)
     except (InputError, UsageError, EnvironmentBuildError, WorkerError) as e:
         print(f"eagle3-contracts: error: {one_line(str(e))}", file=sys.stderr)
         return 2

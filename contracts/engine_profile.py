@@ -80,6 +80,9 @@ class EngineProfile:
     # are byte-identical to its base release's shares that release's row in the compatibility table)
     eagle3_files: str | None = None
     rank: int = 100  # where the engine sits in reports, tables and help texts (lowest first)
+    # the module that reads a running server of this engine over HTTP (``read(Endpoint, label) -> ServerFacts | None``,
+    # ``contracts.server_facts``; ``doctor``), in this process: None where the engine has no HTTP server
+    server: str | None = None
     # environment variables every process of this engine runs with (its worker, its jobs): the engine's own switches
     # for what a check must not do (OpenVINO's telemetry), never one that changes what the engine computes
     process_env: tuple[tuple[str, str], ...] = ()
@@ -137,6 +140,11 @@ def serving_engines() -> tuple[str, ...]:
 def serving_engine() -> str:
     """The engine ``accept`` measures on by default: the first (by rank) whose serving loop runs on a CPU."""
     return serving_engines()[0]
+
+
+def server_readers() -> dict[str, str]:
+    """engine name -> the module reading its running server over HTTP (``doctor``), by rank."""
+    return {name: p.server for name, p in profiles().items() if p.server}
 
 
 def convert_targets() -> tuple[str, ...]:

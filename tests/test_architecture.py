@@ -154,13 +154,13 @@ FLOORS = [
               "contracts.observations_wiring", "contracts.registry", "contracts.report", "contracts.refusals",
               "contracts.renames", "contracts.conventions", "contracts.fingerprint", "contracts.manifest",
               "contracts.config_facts", "contracts.hand_conversion", "contracts.engine_spec", "contracts.engine_profile", "contracts.trainer_profile",
-              "contracts.trainer_forms", "contracts.memory")},
+              "contracts.trainer_forms", "contracts.memory", "contracts.server_facts")},
     # making an engine's or a trainer's environment: below both (a build or a probe runs there as a process of its own)
     {"environments": ("contracts.environments",)},
     {"checks": ("contracts.checks",), "engines": ("contracts.engines",)},
     {"subject": ("contracts.subject", "contracts.judging", "contracts.convert_command", "contracts.recordings", "contracts.bundled",
                  "contracts.builds", "contracts.references", "contracts.hub")},
-    {"runs": ("contracts.trainers", "contracts.accept")},
+    {"runs": ("contracts.trainers", "contracts.accept", "contracts.doctor")},
     {"tables": ("contracts.tables",)},
     {"front ends": ("contracts.cli", "contracts.plugin")},
 ]

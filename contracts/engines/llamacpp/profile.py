@@ -12,6 +12,7 @@ PROFILE = EngineProfile(
     distributions=("xllamacpp",),
     import_name="xllamacpp",
     adapter="contracts.engines.llamacpp.adapter",
+    server="contracts.engines.llamacpp.server",
     # the first xllamacpp whose converter takes a draft beside its target (--target-model-dir)
     first_release="2026.6.9713",
     # what its tree's converter declares, on the CPU torch; the wheel, then the converter and gguf-py from its tree

