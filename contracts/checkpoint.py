@@ -87,6 +87,19 @@ NOT_FETCHED = "eagle3-contracts-not-fetched.json"
 _NOT_FETCHED: dict[Path, dict] = {}
 
 
+# set beside HF_HUB_OFFLINE=1 by an engine's in-process context when it, not the user, turned the Hub off (the engine
+# loads local files only): contracts.hub still reads a user's hf: inputs in that process, a pytest session or doctor
+ENGINE_SET_OFFLINE = "EAGLE3_CONTRACTS_ENGINE_SET_HF_HUB_OFFLINE"
+
+
+def offline_for_engine() -> None:
+    """``HF_HUB_OFFLINE=1`` for an engine judged in this process (it never waits on a model hub), marked as the engine's
+    own unless the user set it."""
+    if "HF_HUB_OFFLINE" not in os.environ:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ[ENGINE_SET_OFFLINE] = "1"
+
+
 class WeightsNotFetched(BaseException):
     """A check asked for the values of a tensor a Hub draft's local copy holds only the header of (its bytes are a
     hole of the sparse file, read back as zeros). Whatever needed it is not judged and says ``--download``.

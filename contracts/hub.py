@@ -21,6 +21,7 @@ and reported ("judged from 3.1 MB of a 1.9 GB drafter").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,8 +31,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.checkpoint import (NOT_FETCHED, NOT_WEIGHTS, Checkpoint, InputError, TensorInfo, header_length,
-                                  read_safetensors_header)
+from contracts.checkpoint import (ENGINE_SET_OFFLINE, NOT_FETCHED, NOT_WEIGHTS, Checkpoint, InputError, TensorInfo,
+                                  header_length, read_safetensors_header)
 
 PREFIX = "hf:"
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
@@ -147,7 +148,7 @@ def cache_root() -> Path:
 def resolve(text: str, *, role: str = "draft", download: bool = False) -> Fetched:
     ref = HubRef.parse(text)
     _DOWNLOADED.clear()  # what this resolution fetches whole (an index file included) is counted from here
-    with _hub_errors(ref):
+    with _hub_errors(ref), _online():
         from huggingface_hub import HfApi
 
         info = HfApi(endpoint=_endpoint()).model_info(ref.repo, revision=ref.revision, files_metadata=True,
@@ -160,6 +161,24 @@ def resolve(text: str, *, role: str = "draft", download: bool = False) -> Fetche
         if download:
             return _download(ref, commit, folder, sizes, weights, role)
         return _by_ranges(ref, commit, folder, sizes, weights, weight_bytes, role)
+
+
+@contextlib.contextmanager
+def _online():
+    """The Hub reachable while a user's hf: input is read, where only an engine's in-process context turned it off
+    (``checkpoint.offline_for_engine``: SGLang's and vLLM's set ``HF_HUB_OFFLINE`` for their own loads); an
+    ``HF_HUB_OFFLINE`` the user set is honoured (one line, exit 2)."""
+    import huggingface_hub.constants as constants
+
+    if os.environ.get(ENGINE_SET_OFFLINE) != "1":
+        yield
+        return
+    saved = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = False
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved
 
 
 def _endpoint() -> str | None:

@@ -111,8 +111,7 @@ def test_the_plugin_judges_a_published_drafter_as_contract_items(served, tmp_pat
     import os
     import subprocess
 
-    # (an in-process engine context of an earlier test sets HF_HUB_OFFLINE in this process: it reads no hub)
-    env = {**{k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}, "HF_HUB_CACHE": str(tmp_path / "hf")}
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hf")}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-m", "contracts",
                            "--checkpoint", "hf:org/speculators-default-hd32", "--target", "hf:org/llama-tiny-hd32",
                            "--contracts-only", "key-naming,d2t-semantics,hidden-width"],

@@ -6,6 +6,7 @@ published in, and every way a repository cannot be reached as one line that leav
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 
@@ -172,3 +173,22 @@ def test_an_unread_tensor_crosses_the_engine_workers_pipe_as_itself():
     reply = _answer(Reads(), {"op": "load", "args": {}})
     assert reply == {"error": {"kind": "WeightsNotFetched", "message": "embed_tokens.weight: not fetched from "
                                                                         "hf:org/x@0123456789: rerun with --download"}}
+
+
+def test_the_hub_stays_reachable_where_an_engine_turned_it_off_not_where_the_user_did(served, monkeypatch):
+    """SGLang's and vLLM's in-process contexts set HF_HUB_OFFLINE for their own loads (checkpoint.offline_for_engine);
+    a later hf: input in the same process (a pytest session, doctor) is still read. The user's own setting stands."""
+    import huggingface_hub.constants
+
+    from contracts.checkpoint import ENGINE_SET_OFFLINE, offline_for_engine
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv(ENGINE_SET_OFFLINE, raising=False)
+    offline_for_engine()
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ[ENGINE_SET_OFFLINE] == "1"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # as read at import after the engine's
+    assert hub.resolve("hf:org/speculators-default-hd32").fetched_bytes > 0
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is True  # put back for the engine
+    monkeypatch.delenv(ENGINE_SET_OFFLINE)  # the user's own HF_HUB_OFFLINE=1
+    with pytest.raises(InputError, match="offline mode is enabled"):
+        hub.resolve("hf:org/llama-tiny-hd32")

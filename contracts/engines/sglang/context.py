@@ -12,6 +12,8 @@ import socket
 import threading
 import warnings
 
+from contracts.checkpoint import offline_for_engine
+
 _lock = threading.Lock()
 _ready = False
 _imported = False  # SGLang's core imported with the shims (``preload``)
@@ -27,7 +29,7 @@ def _free_loopback_port() -> int:
 def _quiet() -> None:
     """SGLang logs and warns about every CUDA-only module it skips on a CPU; none of it is about the draft."""
     os.environ.setdefault("SGLANG_LOGGING_LEVEL", "ERROR")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything checked is local; never wait on a model hub
+    offline_for_engine()  # everything the engine loads is local; never wait on a model hub
     for name in ("sglang", "sglang.srt", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"sglang\..*")

@@ -27,7 +27,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from contracts.checkpoint import text_config
+from contracts.checkpoint import offline_for_engine, text_config
 from contracts.engines.errors import EngineBuildError, TargetBuildError
 
 _lock = threading.Lock()
@@ -45,7 +45,7 @@ def _quiet() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything checked is local; never wait on a model hub
+    offline_for_engine()  # everything the engine loads is local; never wait on a model hub
     # vLLM's CPU platform: what the CPU build detects on its own, and what a GPU wheel's Python is run on here
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     for name in ("vllm", "transformers"):
