@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.checkpoint import (ENGINE_SET_OFFLINE, NOT_FETCHED, NOT_WEIGHTS, Checkpoint, InputError, TensorInfo,
-                                  header_length, read_safetensors_header)
+                                  header_length, read_json, read_safetensors_header)
 
 PREFIX = "hf:"
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
@@ -328,14 +328,14 @@ def _fill(ref, commit, folder, sizes, weights, role, out: Path) -> int:
     held = 0
     for name in sorted(sizes):
         base = name.rpartition("/")[2]
-        if name.rpartition("/")[0] != folder or name in weights or sizes[name] > SIDE_FILE_BYTES:
+        if name.rpartition("/")[0] != folder or name in weights or (sizes[name] > SIDE_FILE_BYTES
+                                                                    and base != "config.json"):
             continue
         if base.endswith((".bin", ".pt", ".safetensors", ".gguf", ".pth")):
             continue
         shutil.copyfile(_hf_file(ref, name, commit), out / base)
         held += sizes[name]
     whole = role == "target" and sum(sizes[w] for w in weights) <= TARGET_WHOLE_BYTES
-    ranged = 0
     if role == "draft" or whole:
         pickles = [w for w in weights if not w.endswith(".safetensors")]
         if pickles:
@@ -361,11 +361,10 @@ def _fill(ref, commit, folder, sizes, weights, role, out: Path) -> int:
                 held += reader.tensors(local, read, every=len(read) == len(here))
                 if len(read) < len(here):
                     not_fetched[local.name] = sorted(set(here) - set(read))
-            ranged = reader.fetched
             (out / NOT_FETCHED).write_text(json.dumps({
                 "repo": ref.repo, "commit": commit, "held_bytes": held,
                 "not_fetched_count": sum(len(v) for v in not_fetched.values()), "not_fetched": not_fetched}))
-            return ranged + sum(_DOWNLOADED.values())
+            return reader.fetched + sum(_DOWNLOADED.values())
     (out / NOT_FETCHED).write_text(json.dumps({"repo": ref.repo, "commit": commit, "held_bytes": held,
                                                "not_fetched_count": 0, "not_fetched": {}}))
     return sum(_DOWNLOADED.values())
@@ -377,7 +376,7 @@ def _tensors_read(out: Path, tensors: dict[str, TensorInfo]) -> set[str]:
     from contracts.engines.tracing import READ_WHOLE_ELEMENTS, is_real_size
     from contracts.input_bounds import VOCABULARY_MAPS
 
-    ckpt = Checkpoint(path=out, config=json.loads((out / "config.json").read_text()), tensors=tensors)
+    ckpt = Checkpoint(path=out, config=read_json(out / "config.json", "config.json"), tensors=tensors)
     if not is_real_size(ckpt):
         return set(tensors)
     return {n for n, i in tensors.items() if i.numel <= READ_WHOLE_ELEMENTS or n.split(".")[-1] in VOCABULARY_MAPS}

@@ -45,7 +45,10 @@ def repos(tmp_path_factory):
     shutil.copytree(SPECULATORS, truncated)
     weights = next(truncated.glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:6])
-    return {"org/speculators-default-hd32": SPECULATORS, "org/llama-tiny-hd32": HD32_TARGET,
+    bad_json = root / "bad-json"
+    shutil.copytree(SPECULATORS, bad_json)
+    (bad_json / "config.json").write_text('{"hidden_size": 64,')
+    return {"org/bad-json": bad_json, "org/speculators-default-hd32": SPECULATORS, "org/llama-tiny-hd32": HD32_TARGET,
             "org/llama-8b-drafter": root / "llama-8b", "org/automodel": root / "automodel",
             "org/pickled": pickled, "org/truncated": truncated, "org/gated": SPECULATORS}
 
@@ -130,6 +133,7 @@ def test_nemo_automodels_consolidated_folder_and_pickle_weights(served):
     ("hf:org/speculators-default-hd32@v9", "has no revision 'v9'"),
     ("hf:org/gated", "gated repository"),
     ("hf:org/truncated", "truncated safetensors file"),
+    ("hf:org/bad-json", "invalid JSON in config.json"),
     ("hf:not a repo", "not a Hub repository"),
 ])
 def test_an_unusable_repository_is_one_line_and_leaves_nothing(served, tmp_path, spec, message):
