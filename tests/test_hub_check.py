@@ -41,7 +41,8 @@ def served(real_size, tmp_path, monkeypatch):
     import huggingface_hub.constants
 
     repos = {"org/speculators-default-hd32": SPECULATORS, "org/llama-tiny-hd32": HD32_TARGET,
-             "org/llama-3.1-8b-drafter": real_size[0]}
+             "org/llama-3.1-8b-drafter": real_size[0], "org/converged-speculators": FIXTURES / "converged" / "speculators",
+             "org/converged-target": FIXTURES / "converged" / "target"}
     with HubStandIn(repos) as stand_in:
         monkeypatch.setenv("HF_ENDPOINT", stand_in.endpoint)
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
@@ -137,3 +138,23 @@ def test_matrix_names_a_published_drafter_and_says_what_it_fetched(served, capsy
     assert doc["hub"]["draft"]["fetched_bytes"] == served.served_bytes["org/speculators-default-hd32"]
     assert "hf:org/speculators-default-hd32@" in err and "fetched by this run" in err
     assert doc["subjects"][0] == "hf:org/speculators-default-hd32"  # rows named by the spec, not the local copy
+
+
+def test_convert_and_accept_take_a_published_drafter_whole(served, capsys, tmp_path):
+    """The copy convert writes and the draft accept serves hold every weight: both download the repository (through
+    huggingface_hub's cache) and never work on a copy read by ranges."""
+    code = main(["convert", "--to", "sglang", "hf:org/speculators-default-hd32", str(tmp_path / "for-sglang"),
+                 "--target", "hf:org/llama-tiny-hd32"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert str(tmp_path / "hf") in err  # converted from the downloaded snapshot
+    assert (tmp_path / "for-sglang" / "model.safetensors").stat().st_size > 0
+    served.served_bytes.clear()
+    code = main(["accept", "hf:org/converged-speculators", "--target", "hf:org/converged-target", "--no-expectation",
+                 "--prompts", "2", "--format", "json", "--output", str(tmp_path / "accept.json")])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "accept.json").read_text())
+    assert result["mean_acceptance_length"] > 3.0
+    sizes = {repo: sum(f.stat().st_size for f in served.files(repo)) for repo in ("org/converged-speculators",
+                                                                                  "org/converged-target")}
+    assert all(served.served_bytes[repo] >= size for repo, size in sizes.items())  # every file, whole
