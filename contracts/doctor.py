@@ -85,7 +85,7 @@ def diagnose(url: str, *, draft: str | None = None, target: str | None = None, e
     draft_source = "--draft" if draft else (facts.read.get("draft") and f"the server ({facts.read['draft']})")
     target_source = "--target" if target else f"the server ({facts.read.get('target')})"
     draft = draft or facts.draft
-    target = target or (None if (facts.target or "").endswith(".gguf") else facts.target)
+    target = target or (facts.target if facts.target_is_checkpoint else None)
     doc["draft"], doc["target"] = ({"given": draft, "from": draft_source},
                                    {"given": target, "from": target_source if target else None})
     if draft is None:
@@ -100,11 +100,11 @@ def diagnose(url: str, *, draft: str | None = None, target: str | None = None, e
 
 def _local(given: str, role: str, download: bool) -> str:
     """A path the server (or the user) gave, as this machine reads it: a local directory, else a Hub name."""
-    from contracts.hub import is_hub, local
+    from contracts.hub import REPO_ID, is_hub, local
 
     if is_hub(given) or Path(given).exists():
         return local(given, role=role, download=download)
-    if re.fullmatch(r"[\w.-]+/[\w.-]+(@[\w./-]+)?", given):  # a Hub repository, as servers name them
+    if REPO_ID.match(given.partition("@")[0]):  # a Hub repository, as servers name them
         return local(f"hf:{given}", role=role, download=download)
     raise InputError(f"{given}: the server's {role} is not a directory on this machine nor a Hub name: give "
                      f"--{'draft' if role == 'draft' else 'target'} DIR (a copy of it)")

@@ -77,8 +77,13 @@ class Fetched:
     not_fetched: int  # tensors left unread (0: the weights are whole)
     downloaded: bool  # --download: every file
 
+    @property
+    def pinned(self) -> str:
+        """``hf:ORG/NAME@COMMIT``: this very copy, as a command names it again."""
+        return f"{PREFIX}{self.ref.repo}@{self.commit}"
+
     def to_dict(self) -> dict:
-        return {"repo": self.ref.repo, "revision": self.ref.revision, "commit": self.commit, "path": str(self.path),
+        return {"spec": self.pinned, "repo": self.ref.repo, "revision": self.ref.revision, "commit": self.commit, "path": str(self.path),
                 "weight_bytes": self.weight_bytes, "held_bytes": self.held_bytes,
                 "fetched_bytes": self.fetched_bytes, "tensors_not_fetched": self.not_fetched,
                 "downloaded": self.downloaded, "summary": self.summary()}
@@ -125,19 +130,17 @@ def shown(path) -> tuple[str, str]:
     if fetched is None:
         text = str(path).rstrip("/")
         return text, text
-    return f"{PREFIX}{fetched.ref.repo}@{fetched.commit}", f"./{fetched.ref.repo.rpartition('/')[2]}"
+    return fetched.pinned, f"./{fetched.ref.repo.rpartition('/')[2]}"
 
 
 def record(report: dict) -> dict:
     """REPORT with ``hub``: what its draft and target were fetched from, and how many bytes it took."""
-    found = {role: FETCHED[str(report.get(key))].to_dict() for role, key in (("draft", "checkpoint"),
-                                                                           ("target", "target"))
+    found = {role: FETCHED[str(report.get(key))] for role, key in (("draft", "checkpoint"), ("target", "target"))
              if str(report.get(key)) in FETCHED}
     if found:
-        report["hub"] = found
+        report["hub"] = {role: fetched.to_dict() for role, fetched in found.items()}
         if "draft" in found and not report.get("name"):
-            report["name"] = f"hf:{found['draft']['repo']}" + (f"@{found['draft']['revision']}"
-                                                              if found["draft"]["revision"] else "")
+            report["name"] = str(found["draft"].ref)
     return report
 
 

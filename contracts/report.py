@@ -101,7 +101,7 @@ def _reproduce(rep: dict, contract: str) -> str:
 
 def _hub_spec(fetched: dict | None) -> str | None:
     """``hf:ORG/NAME@COMMIT`` of a checkpoint read from the Hub (``contracts.hub.Fetched.to_dict``), else None."""
-    return f"hf:{fetched['repo']}@{fetched['commit']}" if fetched else None
+    return fetched["spec"] if fetched else None
 
 
 def _evidence_lines(evidence: dict) -> list[str]:

@@ -29,6 +29,7 @@ class ServerFacts:
     label: str  # as a report names the engine
     version: str | None = None
     target: str | None = None  # the target as the server names it (a path or a Hub name)
+    target_is_checkpoint: bool = True  # False: ``target`` names what the server loads instead (llama.cpp: a GGUF)
     draft: str | None = None  # the draft as the server names it (None: it does not say)
     method: str | None = None  # the speculative method it runs ("eagle3"; None: no speculative decoding)
     speculative_tokens: int | None = None
@@ -61,10 +62,11 @@ class Endpoint:
         self.base = base.rstrip("/")
         self.timeout = timeout
 
-    def _open(self, path: str, data: bytes | None = None, headers: dict | None = None):
-        request = urllib.request.Request(self.base + path, data=data, headers=headers or {},
+    def _open(self, path: str, data: bytes | None = None, timeout: float | None = None):
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        request = urllib.request.Request(self.base + path, data=data, headers=headers,
                                          method="POST" if data is not None else "GET")
-        return urllib.request.urlopen(request, timeout=self.timeout)  # noqa: S310  (a URL the user gave)
+        return urllib.request.urlopen(request, timeout=timeout or self.timeout)  # noqa: S310  (a URL the user gave)
 
     def text(self, path: str) -> str | None:
         """The body of GET PATH, or None when the server answers it with an HTTP error (it has no such endpoint)."""
@@ -86,10 +88,7 @@ class Endpoint:
 
     def post(self, path: str, payload: dict, timeout: float | None = None):
         """POST PATH with a JSON body; its JSON answer."""
-        data = json.dumps(payload).encode()
-        request = urllib.request.Request(self.base + path, data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=timeout or self.timeout) as r:  # noqa: S310
+        with self._open(path, json.dumps(payload).encode(), timeout) as r:
             return json.loads(r.read(MAX_ANSWER_BYTES))
 
 

@@ -23,7 +23,8 @@ def read(server: Endpoint, label: str) -> ServerFacts | None:
     props = server.json("/props")
     if not isinstance(props, dict) or "build_info" not in props or "model_path" not in props:
         return None
-    facts = ServerFacts(engine="llamacpp", label=label, target=props.get("model_path") or None)
+    facts = ServerFacts(engine="llamacpp", label=label, target=props.get("model_path") or None,
+                        target_is_checkpoint=False)
     facts.read["target"] = "/props model_path (a GGUF)"
     build = BUILD.match(str(props.get("build_info") or ""))
     if build and int(build.group(1)) > 0:
@@ -39,7 +40,8 @@ def read(server: Endpoint, label: str) -> ServerFacts | None:
         facts.served_name = str(models["data"][0].get("id") or "") or None
     slots = server.json("/slots")
     speculative = isinstance(slots, list) and any(isinstance(s, dict) and s.get("speculative") for s in slots)
-    samples = metric_samples(server.text("/metrics"), "llamacpp:spec_decode_")
+    metrics = server.text("/metrics")
+    samples = metric_samples(metrics, "llamacpp:spec_decode_")
     if samples:
         facts.drafts = int(counter(samples, "llamacpp:spec_decode_num_drafts") or 0)
         facts.draft_tokens = int(counter(samples, "llamacpp:spec_decode_num_draft_tokens") or 0)
@@ -49,7 +51,7 @@ def read(server: Endpoint, label: str) -> ServerFacts | None:
         if facts.drafts and per_pos:
             facts.per_position = [round(v / facts.drafts, 4) for _, v in per_pos]
         facts.read.update(mean_acceptance="/metrics llamacpp:spec_decode_*")
-    elif server.text("/metrics") is None:
+    elif metrics is None:
         facts.unknown["mean_acceptance"] = "/metrics is not served (start the server with --metrics)"
     types = {str((s.get("params") or {}).get("speculative.types")) for s in slots or [] if isinstance(s, dict)
              and isinstance(s.get("params"), dict) and (s["params"].get("speculative.types") or "none") != "none"}
