@@ -69,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--runner", choices=_runners(),
                    help="vLLM: judge this model runner instead of the one a GPU deployment of the release takes by "
                         "default (Model Runner V2 since it became the default)")
+    c.add_argument("--tp", type=_tp, default=1, help=TP_HELP)
     c.add_argument("--only", help="comma-separated contract ids")
     c.add_argument("--format", choices=FORMATS, default="text")
     c.add_argument("--output", help="write the report to FILE instead of stdout")
@@ -85,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated engine specs, e.g. sglang==0.5.9,sglang==0.5.23 (each in its own environment)")
     m.add_argument("--trainer", choices=tuple(TRAINERS),
                    help="the library that trained a flat-config draft (as for check)")
+    m.add_argument("--tp", type=_tp, default=1, help=TP_HELP)
     m.add_argument("--only", help="comma-separated contract ids")
     m.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     m.add_argument("--all-paths", action="store_true",
@@ -175,6 +177,20 @@ def _engines_help(names: tuple[str, ...] | None = None) -> str:
             bare = "installed here" if p.in_process else f"its pinned {p.package} release, own environment"
             out += [f"{name} ({bare})", f"{name}==VERSION"]
     return ", ".join(out)
+
+
+TP_HELP = ("the deployment's tensor-parallel size: rank-consistency runs the engine's own wiring in N ranks (gloo, on "
+           "this machine) and says whether they build the drafter one rank builds (default 1: one rank)")
+
+
+def _tp(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is no tensor-parallel size (1-64)")
+    return n
 
 
 def _runners() -> tuple[str, ...]:
@@ -275,6 +291,11 @@ def _run_check(args) -> int:
                   + [s.target_path for s in subjects if s.target_path])
     for s in subjects:  # validate every input before any engine work
         s.checkpoint, s.target, s.conversion_record  # noqa: B018
+        s.tp = args.tp
+    if args.tp > 1 and len(subjects) > 1 and (not only or "rank-consistency" in only):
+        from contracts.judging import observe_ranks_together
+
+        observe_ranks_together(subjects)
     reports = []
     from contracts.hub import record
 
@@ -307,6 +328,8 @@ def _run_matrix(args) -> int:
         return bundled or Subject(name, args.checkpoint, args.target, trainer=args.trainer, engine=engine)
 
     subjects = {e: [subject(e)] for e in engines}
+    for rows in subjects.values():
+        rows[0].tp = args.tp
     first = subjects[engines[0]][0]
     _guard_output(args.output, [first.checkpoint_path] + ([first.target_path] if first.target_path else []))
     first.checkpoint, first.target  # noqa: B018  (validate the inputs before any engine work)

@@ -56,7 +56,7 @@ class EngineProfile:
     package: str  # the distribution on the package index (what an environment installs)
     distributions: tuple[str, ...]  # installed distributions that are this engine, first found
     import_name: str  # the top-level module the engine is imported as
-    adapter: str  # the module of the eight observations (contracts.engines.Engine)
+    adapter: str  # the module of the nine observations (contracts.engines.Engine)
     first_release: str  # the first release that serves an EAGLE-3 draft (the compatibility table starts there)
     install: InstallProfile
     # None: the release installed beside the suite (judged in this process); else the release a bare name means, in

@@ -41,7 +41,7 @@ def judge(subject: SubjectView, only: list[str] | None = None) -> list[Result]:
     from contracts.engines.errors import ReplayError
     from contracts.refusals import DRAFT_ARCHITECTURE_FIX, REFUSED, fix_for_refusal
 
-    selected = select(only)
+    selected = [c for c in select(only) if only or c.applies is None or c.applies(subject)]
     # A refused or non-draft build is a finding about the config: with config selected it is config's
     # failure, and the contracts that need the draft point at it; otherwise the first that meets it fails.
     judged_by_config = "config" in {c.id for c in selected}
@@ -136,6 +136,7 @@ def report(subject: JudgedSubject, only: list[str] | None = None) -> dict:
             "engine": subject.engine_info(),
             "engine_spec": str(subject.engine.canonical()),
             "path": path_record(subject),
+            "tp": getattr(subject, "tp", 1),
             "trainer_format": subject.trainer_format,
             "results": [r.to_dict() for r in results],
             "duration_s": round(time.perf_counter() - start, 3),
@@ -149,3 +150,27 @@ def report(subject: JudgedSubject, only: list[str] | None = None) -> dict:
     finally:
         subject.close()
 
+
+
+def observe_ranks_together(subjects: list) -> None:
+    """Several subjects' rank observations made in one set of ranks per engine path and target (starting N engine
+    processes is most of a rank observation's cost: about 20 s per rank for vLLM's import), kept on each subject as
+    if it had made its own. A set whose ranks fail leaves its subjects to observe alone, so the failure is the one
+    draft's that caused it."""
+    from contracts.engines.errors import EngineBuildError, ReplayError
+
+    groups: dict[tuple, list] = {}
+    for s in subjects:
+        if s.tp > 1 and s.target_path is not None and s.target.has_weights:
+            try:
+                key = (id(s.adapter), str(s.target_path), s.runner, s.tp)
+            except (EngineBuildError, ReplayError):
+                continue
+            groups.setdefault(key, []).append(s)
+    for (_, target, runner, tp), members in groups.items():
+        try:
+            found = members[0].adapter.ranks([s.engine_dir for s in members], target, tp, runner=runner)
+        except (EngineBuildError, ReplayError):
+            continue
+        for s, observation in zip(members, found):
+            s.__dict__["_ranks"] = (observation, None)

@@ -214,3 +214,24 @@ class ForwardObservation(Observation):
     engine_chain: list | None = None
     chain_path: str | None = None  # how the engine's later steps were run, in words
     chain_loop: str | None = None  # the engine's own loop the later steps stand for, as a verdict names it
+
+
+@dataclass
+class RankObservation(Observation):
+    """The drafter each of N tensor-parallel ranks builds (rank-consistency): the engine's own wiring run in every rank
+    (``how``: N processes over gloo, or the engine's shard-range functions in one process for a TP size beyond what
+    this machine runs), per rank and per vocabulary role (``embed`` / ``lm_head``): the engine's decision ("shared":
+    the target's module; "kept": the draft's own), the global rows the rank holds, and fingerprints
+    (``contracts.fingerprint``) of what the ranks serve together; beside them the TP=1 candidates, the draft's own
+    tensor and the target's, cast as the engine serves them."""
+
+    engine: dict
+    tp_size: int
+    how: str  # "processes" (N ranks ran) or "shard-ranges" (one process, the engine's shard functions per rank)
+    runner: str | None = None  # the vLLM model runner whose decisions these are
+    ranks: list = field(default_factory=list)  # [{"rank", "embed": {"decision", "rows", "target_rows", "served"},
+    #                                             "lm_head": {...}, "aux_layer_ids", "peak_rss_mb"}]
+    candidates: dict = field(default_factory=dict)  # role -> {"own": fingerprint | None, "target": fingerprint | None}
+    wiring: str | None = None  # the engine functions that decided, in each rank
+    seconds: float | None = None
+    error: str | None = None  # the engine raised in a rank (its own words, with the rank)

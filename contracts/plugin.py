@@ -52,6 +52,9 @@ def pytest_addoption(parser):
     group.addoption("--allow-not-judged", action="store_true", default=False, dest="contracts_allow_not_judged",
                     help="a contract not judged for want of an input you could give (--target, the target's weights, "
                          "--trainer) is a skip; without it, an item that fails saying which input would judge it")
+    group.addoption("--tp", default=1, type=int, metavar="N", dest="contracts_tp",
+                    help="the deployment's tensor-parallel size: rank-consistency is judged on N ranks of each engine "
+                         "(default 1: one rank, where it is not judged)")
     group.addoption("--runner", default=None, choices=("v1", "v2"), dest="contracts_runner",
                     help="judge every vLLM engine of this run on this model runner instead of its release's default")
 
@@ -152,6 +155,8 @@ def reproduce(subject_name: str, engine: EngineSpec, contract_id: str) -> str:
     import shlex
 
     args = [*_REPRODUCE.get(subject_name, _engine_args(engine)), "--contracts-only", contract_id]
+    tp = _CONFIG["config"].getoption("contracts_tp", 1) if "config" in _CONFIG else 1
+    args += ["--tp", str(tp)] if tp > 1 else []
     return " ".join(["pytest -m contracts", *(shlex.quote(str(a)) for a in args)])
 
 
@@ -257,6 +262,12 @@ class ContractItem(pytest.Item):
         self.user_properties += [("subject", self.subject.name.split("@")[0]), ("engine", str(self.subject.engine.canonical())),
                                  ("contract", self.contract_id)]
         (contract,) = select([self.contract_id])
+        if self.contract_id == "rank-consistency" and "_ranks" not in self.subject.__dict__:
+            from contracts.judging import observe_ranks_together
+
+            # this engine's subjects in one set of ranks (most of a rank observation is starting the ranks)
+            observe_ranks_together([s for s in self.config.stash.get(_SUBJECTS_KEY, [])
+                                    if s.engine == self.subject.engine and "_ranks" not in s.__dict__])
         only = self.config.getoption("contracts_only")
         result = self.subject.result(self.contract_id, [c.strip() for c in only.split(",")] if only else None)
         # what the results file keeps, not the evidence: a report crosses to the xdist controller through execnet,
@@ -395,8 +406,12 @@ class ContractsCollector(pytest.Collector):
         only = self.config.getoption("contracts_only")
         ids = [c.strip() for c in only.split(",")] if only else None
         expected = self.config.stash.get(_EXPECTED_KEY, {})
+        tp = self.config.getoption("contracts_tp", 1)
         for subject in self.config.stash.get(_SUBJECTS_KEY, []):
+            subject.tp = tp
             for contract in select(ids):
+                if not ids and contract.applies is not None and not contract.applies(subject):
+                    continue  # (rank-consistency on one rank)
                 # `-n N --dist loadgroup` gives each engine release one worker (one environment, one engine start,
                 # both of its vLLM runners)
                 name = f"{contract.id}[{subject.name}]{group(str(subject.engine.release()))}"

@@ -49,6 +49,7 @@ class SubjectView(Protocol):
     target_path: Path | None
     reference_path: Path | None  # the bundled or recorded reference, if any (``reference`` is the one judged)
     intended_ids: list[int] | None
+    tp: int  # the tensor-parallel size judged (1: one rank)
 
     @property
     def engine_dir(self) -> Path: ...  # the directory the engine reads (the checkpoint, or the conversion judged)
@@ -93,6 +94,9 @@ class SubjectView(Protocol):
     def embed_head(self): ...  # WiringObservation
 
     @property
+    def ranks(self): ...  # RankObservation: the drafter each of ``tp`` ranks builds (raises as ``load`` does)
+
+    @property
     def reference(self): ...  # contracts.references.Reference: the trainer's reference forward, or why there is none
 
     @property
@@ -117,18 +121,22 @@ class Contract:
     # contracts whose failure makes this one fail too (what its observation is computed from): a failure of
     # this one while one of those fails is reported as following from it, not as a root cause of its own
     depends_on: tuple[str, ...] = ()
+    # whether the contract is judged on a subject unless asked for by id (None: always): rank-consistency only on a
+    # deployment of several ranks
+    applies: Callable[[SubjectView], bool] | None = None
 
 
 CONTRACTS: dict[str, Contract] = {}
 
 
-def contract(contract_id: str, holds_when: str, depends_on: tuple[str, ...] = ()):
+def contract(contract_id: str, holds_when: str, depends_on: tuple[str, ...] = (),
+             applies: Callable[[SubjectView], bool] | None = None):
     """Register ``func(subject: SubjectView) -> Result`` as the contract ``contract_id``."""
 
     def register(func):
         if contract_id in CONTRACTS:
             raise ValueError(f"contract {contract_id!r} registered twice")
-        CONTRACTS[contract_id] = Contract(contract_id, holds_when, func, tuple(depends_on))
+        CONTRACTS[contract_id] = Contract(contract_id, holds_when, func, tuple(depends_on), applies)
         return func
 
     return register

@@ -96,6 +96,8 @@ def _reproduce(rep: dict, contract: str) -> str:
     spec = EngineSpec.parse(rep.get("engine_spec") or default_engine())
     if str(spec) != default_engine():
         cmd += ["--engine", str(spec.with_runner(None))] + (["--runner", spec.runner] if spec.runner else [])
+    if rep.get("tp", 1) > 1:
+        cmd += ["--tp", str(rep["tp"])]
     return " ".join([cmd[0], *(shlex.quote(c) for c in cmd[1:] + ["--only", contract])])
 
 
@@ -159,6 +161,9 @@ def render_text(reports: list[dict]) -> str:
                    f"target {_hub_spec((rep.get('hub') or {}).get('target')) or rep.get('target') or '-'}, engine {engine['name']} {engine['version']}, "
                    f"{_duration(rep)})")
         out.append(f"  judged on {path_label(rep)}")
+        if rep.get("tp", 1) > 1:
+            out.append(f"  at tensor parallelism {rep['tp']}: rank-consistency runs the engine's wiring in {rep['tp']} "
+                       f"ranks; the other contracts judge one rank, which it says the ranks together equal")
         for role in ("draft", "target"):
             if (rep.get("hub") or {}).get(role):
                 out.append(f"  {(rep['hub'][role]['summary'])}")

@@ -42,6 +42,9 @@ class Subject:
     # why no trainer reference is made on the spot for this subject, when one must not be (a bundled draft whose
     # manifest records none: its verdicts are documented, and the fast tier runs without trainer environments)
     no_reference_because: str | None = None
+    # the tensor-parallel size of the deployment judged (``--tp``): rank-consistency runs the engine's wiring in that
+    # many ranks; every other contract is judged on one rank, which rank-consistency says the ranks together equal
+    tp: int = 1
 
     def __post_init__(self):
         if not isinstance(self.engine, EngineSpec):  # parsed once where it came in (the CLI, the plugin)
@@ -368,6 +371,26 @@ class Subject:
             return None, TargetRefused(str(e), e.needs)
         except EngineBuildError as e:
             return None, EngineRefused(str(e))
+
+    @cached_property
+    def _ranks(self):
+        from contracts.engines.errors import EngineBuildError, TargetBuildError
+
+        try:
+            return self.adapter.ranks([self.engine_dir], self.target_path, self.tp, runner=self.runner)[0], None
+        except TargetBuildError as e:
+            return None, TargetRefused(str(e), e.needs)
+        except EngineBuildError as e:
+            return None, EngineRefused(str(e))
+
+    @property
+    def ranks(self):
+        """The engine's ``RankObservation``: the drafter as each of ``tp`` ranks builds it; raises ``EngineRefused``
+        when a rank's engine code refuses, ``ReplayError`` when the ranks cannot be run here."""
+        observation, refusal = self._ranks
+        if refusal is not None:
+            raise refusal
+        return observation
 
     @property
     def embed_head(self):

@@ -1,6 +1,6 @@
 """The house rules a maintainer relies on (docs/architecture.md): no import circle in ``contracts/`` (counting imports
 inside functions, which only defer a circle); every module on its floor, importing only floors below it; no private
-name taken across a package; every engine adapter answering the same eight observations with the same signatures; and
+name taken across a package; every engine adapter answering the same nine observations with the same signatures; and
 no file that cites a document this repository does not have."""
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def engine_packages() -> list[str]:
 
 def test_every_engine_adapter_answers_the_same_observations_with_the_same_signatures():
     """One skeleton: ``contracts.engines.inprocess.InProcess`` drives any ``contracts.engines.<name>.adapter`` module
-    that defines the eight observations of ``contracts.engines.Engine``; adding an engine is adding that folder."""
+    that defines the nine observations of ``contracts.engines.Engine``; adding an engine is adding that folder."""
     from contracts.engine_profile import profile
     from contracts.engines import ENGINES, Engine
     from contracts.engines.inprocess import OBSERVATIONS

@@ -10,6 +10,7 @@ from contracts.checks import hidden_width  # noqa: F401  (isort: skip)
 from contracts.checks import embed_head  # noqa: F401  (isort: skip)
 from contracts.checks import config  # noqa: F401  (isort: skip)
 from contracts.checks import forward_parity  # noqa: F401  (isort: skip)
+from contracts.checks import rank_consistency  # noqa: F401  (isort: skip)
 
 
 def mark_causes(results: list[Result]) -> list[Result]:

@@ -39,6 +39,8 @@ class Engine(Protocol):
 
     def surface(self) -> dict: ...  # the release's EAGLE-3 contract surface (drift between releases)
 
+    def ranks(self, engine_dirs, target_dir, tp, runner=None): ...  # each draft as TP ranks build it: RankObservations
+
 
 _engines: dict[EngineSpec, Engine] = {}
 _unmade: dict[EngineSpec, Exception] = {}  # releases whose environment could not be made, this process (not retried)

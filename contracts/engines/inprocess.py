@@ -2,7 +2,7 @@
 engine worker runs inside another release's (or another engine's) environment.
 
 One class serves every engine: an engine is a sibling package ``contracts.engines.<name>`` whose ``adapter``
-module answers the eight observations of ``contracts.engines.Engine`` with the same signatures (checked by
+module answers the nine observations of ``contracts.engines.Engine`` with the same signatures (checked by
 ``tests/test_architecture.py``). Adding an engine is adding that folder; nothing here changes.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from contracts.engine_profile import EngineProfile, default_engine
 from contracts.engine_spec import EngineSpec
 
-OBSERVATIONS = ("info", "path", "load", "aux", "config", "embed_head", "forward", "surface")
+OBSERVATIONS = ("info", "path", "load", "aux", "config", "embed_head", "forward", "surface", "ranks")
 
 
 def installed(distribution: str) -> str | None:
@@ -82,3 +82,6 @@ class InProcess:
 
     def surface(self):
         return self.adapter.surface()
+
+    def ranks(self, engine_dirs, target_dir, tp, runner=None):
+        return self.adapter.ranks([Path(d) for d in engine_dirs], Path(target_dir), int(tp), runner)

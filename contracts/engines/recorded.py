@@ -94,6 +94,9 @@ class Recording:
     def surface(self):
         return self.engine.surface()
 
+    def ranks(self, engine_dirs, target_dir, tp, runner=None):
+        return self.engine.ranks(engine_dirs, target_dir, tp, runner)  # (not recorded: the fast tier judges TP=1)
+
 
 class NotRecorded(RuntimeError):
     """A subject asked a recording for an answer the recorded run never gave."""
@@ -143,3 +146,6 @@ class Replayed:
 
     def surface(self):
         raise NotRecorded("a recording holds no surface")
+
+    def ranks(self, engine_dirs, target_dir, tp, runner=None):
+        raise NotRecorded("a recording holds no tensor-parallel ranks")

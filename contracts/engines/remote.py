@@ -21,7 +21,7 @@ import contracts
 from contracts.engine_spec import EngineSpec
 from contracts.engines.zygote import ForkedWorker, WorkerLines, forked_job, forked_worker
 from contracts.observations import (AuxCaptureObservation, ConfigObservation, ForwardObservation, LoadObservation,
-                                    PathObservation)
+                                    PathObservation, RankObservation)
 from contracts.observations_wiring import WiringObservation
 
 DECODE: dict[str, Callable[[dict], object]] = {
@@ -32,6 +32,7 @@ DECODE: dict[str, Callable[[dict], object]] = {
     "embed_head": WiringObservation.from_dict,
     "forward": lambda d: ForwardObservation(**d),
     "surface": dict,
+    "ranks": lambda found: [RankObservation(**d) for d in found],
 }
 
 
@@ -147,6 +148,10 @@ class WorkerEngine:
 
     def surface(self) -> dict:
         return self._call("surface")
+
+    def ranks(self, engine_dirs, target_dir, tp, runner=None):
+        return self._call("ranks", engine_dirs=[_abs(d) for d in engine_dirs], target_dir=_abs(target_dir), tp=tp,
+                          runner=runner)
 
     # --- the worker ----------------------------------------------------------------------------------------
     @property

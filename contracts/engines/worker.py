@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 
-OPS = ("path", "load", "aux", "config", "embed_head", "forward", "surface")
+OPS = ("path", "load", "aux", "config", "embed_head", "forward", "surface", "ranks")
 
 
 def _answer(engine, request: dict) -> dict:
@@ -29,7 +29,8 @@ def _answer(engine, request: dict) -> dict:
     if op not in OPS:
         return {"error": {"kind": "internal", "message": f"unknown op {op!r}"}}
     try:
-        return {"result": getattr(engine, op)(**args).to_dict()}
+        found = getattr(engine, op)(**args)
+        return {"result": [o.to_dict() for o in found] if isinstance(found, list) else found.to_dict()}
     except TargetBuildError as e:  # (a subclass of EngineBuildError: test it first)
         return {"error": {"kind": "TargetBuildError", "message": str(e), "needs": e.needs}}
     except EngineBuildError as e:

@@ -1,4 +1,4 @@
-"""A fourth engine is one folder: `tests/data/engines/replayed_sglang/` (a profile and an adapter that answers the eight
+"""A fourth engine is one folder: `tests/data/engines/replayed_sglang/` (a profile and an adapter that answers the nine
 observations from SGLang 0.5.23's recordings) is found through ``EAGLE3_CONTRACTS_ENGINE_PATH``, and the CLI, the
 plugin, `matrix` and the compatibility table judge with it, with no file outside that folder naming it. Each run is a
 fresh process: the registry of engines is read once, at import."""

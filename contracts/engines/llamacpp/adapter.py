@@ -1,5 +1,5 @@
 """llama.cpp (its ``xllamacpp`` wheel and the tree it was built from) behind the one adapter skeleton
-(``contracts.engines.inprocess.InProcess``): the eight observations every engine answers, each from llama.cpp's own
+(``contracts.engines.inprocess.InProcess``): the nine observations every engine answers, each from llama.cpp's own
 code: its converter (run as a user runs it, traced), its GGUF loader, and its EAGLE-3 draft graph driven as its
 speculative loop drives it. llama.cpp has one EAGLE-3 path, the same graph on every backend."""
 
@@ -60,3 +60,11 @@ def surface():
     from contracts.engines.llamacpp.surface import observe_surface
 
     return observe_surface()
+
+
+def ranks(engine_dirs, target_dir, tp, runner=None):
+    from contracts.engines.errors import ReplayError
+
+    raise ReplayError("llama.cpp has no tensor-parallel ranks: one process builds the one draft model and its "
+                      "backend scheduler places its tensors on the devices (--split-mode, --device-draft), so no rank "
+                      "builds a drafter of its own")

@@ -1,4 +1,4 @@
-"""OpenVINO GenAI behind the one adapter skeleton (``contracts.engines.inprocess.InProcess``): the eight observations
+"""OpenVINO GenAI behind the one adapter skeleton (``contracts.engines.inprocess.InProcess``): the nine observations
 every engine answers, each from its own code: the exporter that writes the IR it serves (optimum-intel, its load
 report), the IR itself (its constants, inputs and outputs), and its speculative pipeline. One path on a CPU:
 ``LLMPipeline`` with a ``draft_model`` through continuous batching (``Eagle3DecodingImpl``); its stateful path is the
@@ -60,3 +60,11 @@ def surface():
     from contracts.engines.openvino.surface import observe_surface
 
     return observe_surface()
+
+
+def ranks(engine_dirs, target_dir, tp, runner=None):
+    from contracts.engines.errors import ReplayError
+
+    raise ReplayError("OpenVINO GenAI has no tensor-parallel ranks: one pipeline compiles the draft model for one "
+                      "device (a multi-device plugin splits it inside that process), so no rank builds a drafter of "
+                      "its own")

@@ -1,4 +1,4 @@
-"""SGLang behind the one adapter skeleton (``contracts.engines.inprocess.InProcess``): the eight observations every
+"""SGLang behind the one adapter skeleton (``contracts.engines.inprocess.InProcess``): the nine observations every
 engine answers, each from SGLang's own code. SGLang judges the speculative worker its release uses for the draft,
 so ``runner`` is accepted and not read; it builds a draft from the draft's config alone, so ``load`` does not read
 the target."""
@@ -52,6 +52,12 @@ def forward(engine_dir, target_dir, reference_path, runner=None):
     from contracts.engines.sglang.draft_forward import observe_forward
 
     return observe_forward(engine_dir, target_dir, reference_path)
+
+
+def ranks(engine_dirs, target_dir, tp, runner=None):
+    from contracts.engines.sglang.tensor_parallel import observe_ranks
+
+    return observe_ranks(engine_dirs, target_dir, tp, runner)
 
 
 def surface():

@@ -66,8 +66,9 @@ def preload() -> None:
         _import_engine()
 
 
-def ensure_context() -> None:
-    """Import SGLang with the documented shims and publish a one-rank CPU context (idempotent)."""
+def ensure_context(tp: int = 1, rank: int = 0, init_method: str | None = None) -> None:
+    """Import SGLang with the documented shims and publish a CPU context (idempotent): one rank, or rank RANK of a
+    TP-rank gloo world whose members meet at INIT_METHOD (``contracts.engines.ranks``)."""
     global _ready
     with _lock:
         if _ready:
@@ -80,10 +81,10 @@ def ensure_context() -> None:
 
         if not torch.distributed.is_initialized():
             init_distributed_environment(
-                world_size=1, rank=0, local_rank=0, backend="gloo",
-                distributed_init_method=f"tcp://127.0.0.1:{_free_loopback_port()}",
+                world_size=tp, rank=rank, local_rank=rank, backend="gloo",
+                distributed_init_method=init_method or f"tcp://127.0.0.1:{_free_loopback_port()}",
             )
-        _publish_server_topology()
+        _publish_server_topology(tp, rank)
         # Releases whose KV-cache modules import CUDA kernels at module level (0.5.9) get the documented
         # sgl_kernel stand-in here, at one fixed point after SGLang's core import; 0.5.23 needs none.
         shims.import_with_kernel_stand_in("sglang.srt.mem_cache.memory_pool_host")
@@ -109,35 +110,47 @@ def _placeholder_model():
     return directory
 
 
-def _publish_server_topology() -> None:
+def _publish_server_topology(tp: int = 1, rank: int = 0) -> None:
     """Publish the server arguments and parallel groups the layers read, by the recipe of this release.
 
     device="cpu" is the truth here: SGLang's layers that ask the published device (e.g. DeepSeek's MLA
     rope, via get_rope_wrapper) then take their own CPU code path instead of probing for a GPU.
     """
     from sglang.srt.distributed import parallel_state
-    from sglang.srt.distributed.parallel_state import initialize_model_parallel
     from sglang.srt.server_args import ServerArgs
 
     global _server_args
     # a local placeholder, never a hub id: 0.5.3 reads the served model's config while making ServerArgs
-    args = _server_args = ServerArgs(model_path=str(_placeholder_model()), tp_size=1, ep_size=1, pp_size=1,
+    args = _server_args = ServerArgs(model_path=str(_placeholder_model()), tp_size=tp, ep_size=1, pp_size=1,
                                      device="cpu")
     try:  # the process-wide runtime context (0.5.17 and later)
         from sglang.srt import runtime_context
     except ImportError:  # the 0.5.x releases before it: module-level state set by the scheduler
-        _publish_module_state(args)
+        _publish_module_state(args, tp)
         return
     runtime_context.reset_context()
     spawn_ranks = getattr(runtime_context, "SpawnRanks", None)  # 0.5.23 records the spawn ranks; 0.5.17 does not
     if spawn_ranks is None:
         runtime_context.publish(args, role="test")
-        initialize_model_parallel(backend="gloo")
+        _initialize_model_parallel(tp)
         _initialize_dp_attention(args)  # 0.5.17: still ModelRunner's step (0.5.23 derives it from the context)
         return
-    runtime_context.publish(args, role="test", ranks=spawn_ranks(world_rank=0))
+    runtime_context.publish(args, role="test", ranks=spawn_ranks(world_rank=rank))
     runtime_context.get_parallel().override_permanently(world_group=parallel_state._WORLD)
-    initialize_model_parallel(backend="gloo")
+    _initialize_model_parallel(tp)
+
+
+def _initialize_model_parallel(tp: int) -> None:
+    """SGLang's model-parallel groups over gloo, TP ranks wide: releases whose ``initialize_model_parallel`` reads
+    the width from the published context (0.5.17 on) are given none."""
+    import inspect
+
+    from sglang.srt.distributed.parallel_state import initialize_model_parallel
+
+    if "tensor_model_parallel_size" in inspect.signature(initialize_model_parallel).parameters:
+        initialize_model_parallel(tensor_model_parallel_size=tp, backend="gloo")
+    else:
+        initialize_model_parallel(backend="gloo")
 
 
 def _initialize_dp_attention(args) -> None:
@@ -153,16 +166,15 @@ def _initialize_dp_attention(args) -> None:
                                                         hf_config=types.SimpleNamespace()))
 
 
-def _publish_module_state(args) -> None:
+def _publish_module_state(args, tp: int = 1) -> None:
     """0.5.9/0.5.12: a global ServerArgs (``set_global_server_args_for_scheduler``); 0.5.3: none (layers read
     ``global_server_args_dict``'s defaults). Then the model-parallel groups and DP attention."""
     from sglang.srt import server_args as server_args_module
-    from sglang.srt.distributed.parallel_state import initialize_model_parallel
 
     publish = getattr(server_args_module, "set_global_server_args_for_scheduler", None)
     if publish is not None:
         publish(args)
-    initialize_model_parallel(backend="gloo")
+    _initialize_model_parallel(tp)
     _initialize_dp_attention(args)
 
 

@@ -54,6 +54,12 @@ def forward(engine_dir, target_dir, reference_path, runner=None):
     return observe_forward(engine_dir, target_dir, reference_path, runner)
 
 
+def ranks(engine_dirs, target_dir, tp, runner=None):
+    from contracts.engines.vllm.tensor_parallel import observe_ranks
+
+    return observe_ranks(engine_dirs, target_dir, tp, runner)
+
+
 def surface():
     from contracts.engines.vllm.surface import observe_surface
 

@@ -1,21 +1,22 @@
 """What vLLM decides, rank by rank, about an EAGLE-3 draft's embedding and head under tensor parallelism, on a CPU.
 
-vLLM shares the target's ``embed_tokens`` / ``lm_head`` with the draft when the draft's own equal them, and each rank
-compares only its own vocabulary shard, with no reduction across ranks (Model Runner V1:
-``v1/spec_decode/llm_base_proposer.py`` ``_maybe_share_embeddings`` / ``_maybe_share_lm_head``; V2:
+Contract served: ``rank-consistency``. vLLM shares the target's ``embed_tokens`` / ``lm_head`` with the draft when the
+draft's own equal them, and each rank compares only its own vocabulary shard, with no reduction across ranks (Model
+Runner V1: ``v1/spec_decode/llm_base_proposer.py`` ``_maybe_share_embeddings`` / ``_maybe_share_lm_head``; V2:
 ``v1/worker/gpu/spec_decode/eagle/utils.py`` ``_should_share``; vllm#50158): a draft equal to the target except in
 its first rows is kept by rank 0 and shared by rank 1, and the ranks serve different drafters.
 
-Here the release's own code runs in N processes, one gloo world on a private ``file://`` rendezvous on this machine,
-as vLLM's CPU worker sets it up (``init_distributed_environment`` + ``ensure_model_parallel_initialized``; the CPU
-build's shared-memory group named from ``VLLM_DIST_IDENT``). In each rank the target is built and loaded by
-``get_model`` (each rank holds its shard), then V1's ``EagleProposer.load_model`` and V2's ``load_eagle_model``
-build, load and wire the draft; a decision is read back as whether the draft's module *is* the target's afterwards.
-Nothing of the decision is re-implemented.
+Here the release's own code runs in N ranks (``contracts.engines.ranks``: one gloo world on a private ``file://``
+rendezvous, as vLLM's CPU worker sets it up: ``init_distributed_environment`` + ``ensure_model_parallel_initialized``,
+the CPU build's shared-memory group named from ``VLLM_DIST_IDENT``). In each rank the target is built and loaded by
+``get_model`` (each rank holds its shard), then the runner's own code builds, loads and wires the draft (V1's
+``EagleProposer.load_model``, V2's ``load_eagle_model``); a decision is read back as whether the draft's module *is*
+the target's afterwards, and what the ranks serve together is read through the modules themselves (the embedding's
+own forward with its all-reduce over every token id; the head's shards gathered in rank order). Nothing of the
+decision is re-implemented.
 
     python -m contracts.engines.vllm.tensor_parallel TARGET_DIR OPTIONS_JSON DRAFT_DIR [DRAFT_DIR ...]
-        OPTIONS: {"tp": 2}; one JSON line on stdout: {"tp_size", "ranks": [{"rank", "peak_rss_mb", "drafts":
-        {DRAFT_DIR: {"embed_shard", "head_shard", "has_own_embed_tokens", "v1": {"embed", "lm_head"}, "v2": {...}}}}]}
+        OPTIONS: {"tp": 2, "runner": "v1"|"v2"}; one JSON line: a ``RankObservation`` per draft
 """
 
 from __future__ import annotations
@@ -23,26 +24,24 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 RUNNERS = ("v1", "v2")
+WIRING = {"v1": "EagleProposer.load_model (_maybe_share_embeddings, _maybe_share_lm_head), in each rank",
+          "v2": "load_eagle_model (maybe_share_target_embed, _should_share), in each rank"}
 
 
-def _shard(layer) -> list[int]:
+def _rows(layer) -> list[int]:
     indices = layer.shard_indices
     return [int(indices.org_vocab_start_index), int(indices.org_vocab_end_index)]
 
 
-def _rank(rank: int, tp: int, rendezvous: str, target: str, drafts: list[str], out: str) -> None:
-    """One rank: vLLM's distributed state, then each draft built, loaded and wired by V1's and V2's own code."""
+def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
+    """One rank: vLLM's distributed state, then each draft built, loaded and wired by the runner's own code."""
     os.environ["VLLM_DIST_IDENT"] = Path(rendezvous).name  # what vLLM's CpuWorker sets: its shm group's name
     from contracts.engines.vllm import context
 
     context._quiet()
-    import resource
-
     import torch
 
     torch.set_num_threads(1)
@@ -53,8 +52,12 @@ def _rank(rank: int, tp: int, rendezvous: str, target: str, drafts: list[str], o
     from vllm.v1.spec_decode.eagle import EagleProposer
     from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
     from vllm.v1.worker.gpu.spec_decode.eagle.utils import load_eagle_model
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from contracts.engines.ranks import differences, fingerprint_of, gathered
 
     _set_torch_accelerator_to_noop()  # as vLLM's CPU model runner does (the loader calls torch.accelerator.*)
+    target, runner = payload["target"], payload["runner"]
 
     def configs(draft: str):
         parallel = ParallelConfig(tensor_parallel_size=tp)
@@ -66,80 +69,74 @@ def _rank(rank: int, tp: int, rendezvous: str, target: str, drafts: list[str], o
                           device_config=DeviceConfig(device="cpu"))
 
     seen: dict[str, dict] = {}
-    for i, draft in enumerate(drafts):
+    for i, draft in enumerate(payload["drafts"]):
         vc = configs(draft)
-        with context.building(vc):
+        with context.building(vc), torch.no_grad():
             if i == 0:
                 init_distributed_environment(tp, rank, f"file://{rendezvous}", rank, "gloo")
                 ensure_model_parallel_initialized(tp, 1)
             target_model = get_model(vllm_config=vc)
             embed, head = target_model.model.embed_tokens, target_model.lm_head
-            proposer = EagleProposer(vc, torch.device("cpu"), runner=None)
-            proposer.load_model(target_model)
-            v1 = proposer.model
-        vc2 = configs(draft)  # V2 builds the draft again, under a config of its own (its attention-layer registry)
-        with context.building(vc2):
-            v2 = load_eagle_model(target_model, vc2)
+            if runner == "v1":
+                proposer = EagleProposer(vc, torch.device("cpu"), runner=None)
+                proposer.load_model(target_model)
+                model = proposer.model
+            else:
+                model = load_eagle_model(target_model, vc)
+            vocab = int(vc.model_config.hf_config.get_text_config().vocab_size)
+            served_embed = model.model.embed_tokens(torch.arange(vocab))  # its own forward: the all-reduce included
+            own_head = model.lm_head
+            served_head = gathered(own_head.weight[: _rows(own_head)[1] - _rows(own_head)[0]])
+            aux = GPUModelRunner._get_eagle3_aux_layers_from_config(  # the runner's own reading of the draft config
+                type("Runner", (), {"speculative_config": vc.speculative_config})())
         seen[draft] = {
-            "embed_shard": _shard(embed), "head_shard": _shard(head),
-            "has_own_embed_tokens": bool(getattr(v1, "has_own_embed_tokens", False)),
-            "has_own_lm_head": bool(getattr(v1, "has_own_lm_head", False)),
-            "v1": {"embed": "shared" if v1.model.embed_tokens is embed else "kept",
-                   "lm_head": "shared" if v1.lm_head is head else "kept"},
-            "v2": {"embed": "shared" if v2.model.embed_tokens is embed else "kept",
-                   "lm_head": "shared" if v2.lm_head is head else "kept"},
+            "embed": {"decision": "shared" if model.model.embed_tokens is embed else "kept",
+                      "rows": _rows(model.model.embed_tokens), "target_rows": _rows(embed),
+                      "served": fingerprint_of(served_embed, str(served_embed.dtype).removeprefix("torch."))},
+            "lm_head": {"decision": "shared" if own_head is head else "kept", "rows": _rows(own_head),
+                        "target_rows": _rows(head),
+                        "served": fingerprint_of(served_head, str(served_head.dtype).removeprefix("torch."))},
+            "aux_layer_ids": None if aux is None else list(aux),
         }
+        if rank == 0:  # (every rank serves the same rows together: one compares them with the files)
+            for role, served in (("embed", served_embed), ("lm_head", served_head)):
+                seen[draft][role]["differs"] = differences(served, Path(draft), Path(target), role)
         vc.compilation_config.static_forward_context.clear()
-        vc2.compilation_config.static_forward_context.clear()
-        del target_model, proposer, v1, v2
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    Path(out).write_text(json.dumps({"rank": rank, "peak_rss_mb": round(peak, 1), "drafts": seen}))
+        del target_model, model, embed, head, own_head
     destroy_model_parallel()
     destroy_distributed_environment()
+    return {"rank": rank, "drafts": seen}
 
 
-def _child(*args) -> None:
-    try:
-        _rank(*args)
-    except BaseException:  # noqa: BLE001  (the parent reports the rank's last words)
-        import traceback
+def observe_ranks(engine_dirs, target_dir, tp: int, runner: str | None = None) -> list:
+    """A ``RankObservation`` per draft in ENGINE_DIRS: its drafter as each of TP ranks of vLLM builds it, on the model
+    runner RUNNER (None: the release's default for the first draft), beside the two candidates each role can serve."""
+    from contracts.engines.ranks import candidates, run_ranks
+    from contracts.engines.vllm.context import engine_version
+    from contracts.engines.vllm.runners import observe_path
+    from contracts.observations import RankObservation
 
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-
-
-def observe(target: str, drafts: list[str], tp: int = 2, timeout: float = 900) -> dict:
-    """Each rank's decisions on each draft (the module docstring), from TP processes of this environment."""
-    import multiprocessing
-
-    from contracts.engines.vllm import tensor_parallel  # by its name: run as __main__, the ranks still import it
-
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="eagle3-contracts-tp-") as work:
-        rendezvous = str(Path(work) / f"rendezvous-{os.getpid()}")
-        spawn = multiprocessing.get_context("spawn")  # fresh interpreters: no engine state or threads inherited
-        procs = [spawn.Process(target=tensor_parallel._child, args=(r, tp, rendezvous, target, drafts, f"{work}/rank{r}.json"))
-                 for r in range(tp)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
-        if failed:
-            return {"error": f"rank(s) {failed} of {tp} ended with {[procs[r].exitcode for r in failed]}"}
-        ranks = [json.loads(Path(f"{work}/rank{r}.json").read_text()) for r in range(tp)]
-    return {"tp_size": tp, "ranks": ranks, "seconds": round(time.perf_counter() - start, 2)}
+    drafts = [str(Path(d).resolve()) for d in engine_dirs]
+    runner = runner or observe_path(Path(drafts[0]), Path(target_dir), None).judged
+    records, seconds = run_ranks("contracts.engines.vllm.tensor_parallel:rank_entry", tp,
+                                 {"engine": "vllm", "target": str(Path(target_dir).resolve()), "drafts": drafts,
+                                  "runner": runner})
+    observations = []
+    for draft in drafts:
+        ranks = [{"rank": r["rank"], "peak_rss_mb": r["peak_rss_mb"], **r["drafts"][draft]} for r in records]
+        observations.append(RankObservation(
+            engine={"name": "vllm", "version": engine_version()}, tp_size=tp, how="processes", runner=runner,
+            ranks=ranks, candidates=candidates(ranks, Path(draft), Path(target_dir)), wiring=WIRING[runner],
+            seconds=round(seconds, 2)))
+    return observations
 
 
 def main(argv: list[str]) -> int:
     target, options, *drafts = argv
-    result = observe(target, drafts, **json.loads(options))
-    sys.stdout.write(json.dumps(result) + "\n")
-    return 0 if "error" not in result else 1
+    options = json.loads(options)
+    found = observe_ranks(drafts, target, options.get("tp", 2), options.get("runner"))
+    sys.stdout.write(json.dumps([o.to_dict() for o in found]) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

@@ -54,3 +54,7 @@ def forward(engine_dir, target_dir, reference_path, runner=None):
 
 def surface() -> dict:
     raise NotRecorded("a recording holds no surface")
+
+
+def ranks(engine_dirs, target_dir, tp, runner=None):
+    raise NotRecorded("a recording holds no tensor-parallel ranks")
