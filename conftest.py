@@ -23,5 +23,5 @@ def pytest_configure(config):
     from contracts.plugin import add_subjects, engines
 
     for engine in engines(config):
-        documented = expected_failures(engine)
+        documented = expected_failures(engine, config.getoption("contracts_tp", 1))
         add_subjects(config, bundled_subjects(engine=engine), documented or {})

@@ -65,10 +65,12 @@ def bundled_subject_for(checkpoint, engine: EngineSpec, target=None):
     return None
 
 
-def expected_failures(engine: EngineSpec | None = None) -> dict[tuple[str, str], str] | None:
+def expected_failures(engine: EngineSpec | None = None, tp: int = 1) -> dict[tuple[str, str], str] | None:
     """(subject, contract) -> why, for the bundled examples' known failures on ENGINE (``sglang==X``; default, or the
     default engine named bare, the one installed here: the pinned one); None when fixtures/expected.json documents no
-    verdicts for that release."""
+    verdicts for that release. At tensor parallelism TP > 1, with the failures documented for that size
+    (``tensor_parallel``: rank-consistency's; every other contract is judged on one rank), None when it documents
+    none for the release."""
     from contracts.engine_spec import default_engine
 
     if not EXPECTED.exists():
@@ -79,7 +81,13 @@ def expected_failures(engine: EngineSpec | None = None) -> dict[tuple[str, str],
     by_engine = doc["engines"].get(key)
     if by_engine is None:
         return None
-    return {(name, cid): why for name, by in by_engine.items() for cid, why in by.items()}
+    found = {(name, cid): why for name, by in by_engine.items() for cid, why in by.items()}
+    if tp > 1:
+        at_tp = doc.get("tensor_parallel", {}).get(str(tp), {}).get(key)
+        if at_tp is None:
+            return None
+        found.update({(name, cid): why for name, by in at_tp.items() for cid, why in by.items()})
+    return found
 
 
 def documented_key(rep: dict) -> EngineSpec:

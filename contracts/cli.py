@@ -376,7 +376,7 @@ def _finish_examples(reports: list[dict], args) -> int:
 
     surprises = []
     for rep in reports:
-        expected = expected_failures(documented_key(rep))
+        expected = expected_failures(documented_key(rep), rep.get("tp", 1))
         if expected is None:
             surprises.append(f"{rep['name']}: no documented verdicts for {documented_key(rep)} in "
                              f"fixtures/expected.json")

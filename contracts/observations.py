@@ -234,4 +234,5 @@ class RankObservation(Observation):
     candidates: dict = field(default_factory=dict)  # role -> {"own": fingerprint | None, "target": fingerprint | None}
     wiring: str | None = None  # the engine functions that decided, in each rank
     seconds: float | None = None
-    error: str | None = None  # the engine raised in a rank (its own words, with the rank)
+    error: str | None = None  # what a rank met building this draft (with the rank), as ``error_kind`` says
+    error_kind: str | None = None  # "EngineBuildError" / "TargetBuildError" (the engine's refusal) or "ReplayError"

@@ -162,8 +162,8 @@ def render_text(reports: list[dict]) -> str:
                    f"{_duration(rep)})")
         out.append(f"  judged on {path_label(rep)}")
         if rep.get("tp", 1) > 1:
-            out.append(f"  at tensor parallelism {rep['tp']}: rank-consistency runs the engine's wiring in {rep['tp']} "
-                       f"ranks; the other contracts judge one rank, which it says the ranks together equal")
+            out.append(f"  at tensor parallelism {rep['tp']}: rank-consistency judges the drafter each of {rep['tp']} "
+                       f"ranks builds; the other contracts judge one rank, which it says the ranks together equal")
         for role in ("draft", "target"):
             if (rep.get("hub") or {}).get(role):
                 out.append(f"  {(rep['hub'][role]['summary'])}")

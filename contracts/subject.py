@@ -387,7 +387,16 @@ class Subject:
     def ranks(self):
         """The engine's ``RankObservation``: the drafter as each of ``tp`` ranks builds it; raises ``EngineRefused``
         when a rank's engine code refuses, ``ReplayError`` when the ranks cannot be run here."""
+        from contracts.engines.errors import EngineBuildError, TargetBuildError
+        from contracts.engines.ranks import raised_as
+
         observation, refusal = self._ranks
+        if refusal is None and observation.error is not None:  # this draft, in a set of ranks that built others too
+            refusal = raised_as(observation.error_kind, observation.error)
+            if isinstance(refusal, TargetBuildError):
+                refusal = TargetRefused(str(refusal), None)
+            elif isinstance(refusal, EngineBuildError):
+                refusal = EngineRefused(str(refusal))
         if refusal is not None:
             raise refusal
         return observation

@@ -29,7 +29,7 @@ def test_check_json_document_has_the_documented_shape(capsys):
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == {"checkpoint", "target", "engine", "engine_spec", "path", "trainer_format", "results",
-                        "duration_s", "setup_s"}
+                        "duration_s", "setup_s", "tp"}
     assert doc["engine"] == {"name": "sglang", "version": "0.5.23"}
     # the path judged is the one a GPU deployment takes, found from the release's own code, and says so
     assert doc["path"]["kind"] == "worker" and doc["path"]["judged"] == "EAGLEWorkerV2" and doc["path"]["is_default"]

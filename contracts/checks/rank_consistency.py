@@ -24,8 +24,19 @@ SAYS = {"kept": "keeps the draft's own", "shared": "shares the target's"}
 TP_FLAG = "--tp N (the deployment's tensor-parallel size)"
 
 
-def _ranges(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
+SAY = {"kept": "keep the draft's own", "shared": "share the target's"}  # (several ranks)
+
+
+def _who(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(str(r) for r in ranks)}"
+
+
+def _rows_of(records: list[dict], ranks: list[int], role: str) -> str:
+    """The global rows RANKS hold for ROLE, as one range where they are contiguous."""
+    spans = [records[r][role]["rows"] for r in ranks]
+    if all(a[1] == b[0] for a, b in zip(spans, spans[1:])):
+        return f"rows {spans[0][0]}-{spans[-1][1] - 1}"
+    return "rows " + ", ".join(f"{a}-{b - 1}" for a, b in spans)
 
 
 def _tp1_decision(subject: SubjectView, role: str) -> str | None:
@@ -63,6 +74,9 @@ def check_rank_consistency(subject: SubjectView) -> Result:
     obs = subject.ranks
     runner = {"v1": ", Model Runner V1", "v2": ", Model Runner V2"}.get(obs.runner or "", "")
     where = f"{engine_label(obs.engine)}{runner} at TP={obs.tp_size}"
+    if obs.how == "shard-ranges":
+        where += (" (judged in one process from the engine's shard-range functions and its per-rank decision: "
+                  "more ranks than this machine runs as processes)")
     evidence: dict = {"tp_size": obs.tp_size, "how": obs.how, "wiring": obs.wiring, "seconds": obs.seconds,
                       "ranks": [{"rank": r["rank"], "peak_rss_mb": r.get("peak_rss_mb"),
                                  "aux_layer_ids": r.get("aux_layer_ids"),
@@ -77,9 +91,8 @@ def check_rank_consistency(subject: SubjectView) -> Result:
         for rank, decision in decisions.items():
             groups.setdefault(decision, []).append(rank)
         if len(groups) > 1:
-            said = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)} {SAYS[d]} {name} "
-                             f"(rows {obs.ranks[ranks[0]][role]['rows'][0]}-{obs.ranks[ranks[0]][role]['rows'][1] - 1})"
-                             for d, ranks in sorted(groups.items()))
+            said = "; ".join(f"{_who(ranks)} {SAYS[d] if len(ranks) == 1 else SAY[d]} {name} "
+                             f"({_rows_of(obs.ranks, ranks, role)})" for d, ranks in sorted(groups.items()))
             problems.append(f"the ranks build different drafters: {said}")
             evidence[f"{role}_diverging_ranks"] = groups
             fixes.append(_fix(role))
@@ -88,6 +101,16 @@ def check_rank_consistency(subject: SubjectView) -> Result:
         if one_rank is not None and decision != one_rank:
             problems.append(f"every rank {SAYS[decision]} {name}; one rank (TP=1) {SAYS[one_rank]}")
             fixes.append(_fix(role))
+            continue
+        misread = [r for r in obs.ranks if decision == "shared" and r[role].get("target_rows")
+                   and r[role]["rows"] != r[role]["target_rows"]]
+        if misread and "served" not in obs.ranks[0][role]:  # (with the rows served, the comparison below says more)
+            problems.append(f"every rank holds the target's {name} shard but looks it up by other rows: "
+                            + "; ".join(f"rank {r['rank']} rows {r[role]['rows'][0]}-{r[role]['rows'][1] - 1} "
+                                        f"(the target's shard: {r[role]['target_rows'][0]}-"
+                                        f"{r[role]['target_rows'][1] - 1})" for r in misread))
+            continue
+        if "served" not in obs.ranks[0][role]:  # judged from shard ranges: the decisions are the verdict
             continue
         served = {r["rank"]: r[role]["served"] for r in obs.ranks}
         digests = {s["digest"] for s in served.values()}
@@ -117,5 +140,5 @@ def check_rank_consistency(subject: SubjectView) -> Result:
     if problems:
         return Result(CID, FAIL, f"{where}: " + "; ".join(problems), evidence, "; ".join(dict.fromkeys(fixes)))
     decided = ", ".join(f"{name}: every rank {SAYS[obs.ranks[0][role]['decision']]}" for role, name in ROLES.items())
-    return Result(CID, PASS, f"{where}: every rank builds the drafter one rank builds ({decided}; the rows gathered "
-                             f"in rank order equal one rank's)", evidence)
+    gathered = "; the rows gathered in rank order equal one rank's" if obs.how == "processes" else ""
+    return Result(CID, PASS, f"{where}: every rank builds the drafter one rank builds ({decided}{gathered})", evidence)

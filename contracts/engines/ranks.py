@@ -22,16 +22,30 @@ from pathlib import Path
 from contracts.engines.errors import EngineBuildError, ReplayError
 
 RANK_TIMEOUT_S = 900.0
+MAX_RANKS_VAR = "EAGLE3_CONTRACTS_MAX_RANKS"
+RANK_MB = 800  # an engine rank with a tiny draft and target: about 600-720 MB measured (vLLM 0.32.0, SGLang 0.5.23)
 GRACE_S = 20.0  # how long the other ranks may still finish once one has failed
 ROLE_KEYS = {"embed": "embed_tokens.weight", "lm_head": "lm_head.weight"}  # a role's tensor, by its name's ending
+
+
+def max_process_ranks() -> int:
+    """How many ranks this machine runs as processes (``EAGLE3_CONTRACTS_MAX_RANKS``, else as many as its memory holds
+    at ``RANK_MB`` each with half of it left free, at least 2 and at most 4: a larger TP size is judged from the
+    engine's shard-range functions in one process where its adapter can)."""
+    given = os.environ.get(MAX_RANKS_VAR)
+    if given:
+        return max(1, int(given))
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (ValueError, OSError):
+        available = 4 * RANK_MB * 2
+    return max(2, min(4, int(available / 2 // RANK_MB)))
 
 
 def _child(entry: str, rank: int, tp: int, rendezvous: str, payload: dict, out: str) -> None:
     """One rank: ENTRY(rank, tp, rendezvous, payload) -> dict, written to OUT with the rank's peak memory."""
     import resource
     import traceback
-
-    from contracts.engines.errors import raised_by_engine
 
     module, function = entry.split(":")
     made = _shared_memory_kept()
@@ -40,9 +54,7 @@ def _child(entry: str, rank: int, tp: int, rendezvous: str, payload: dict, out: 
         record["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     except BaseException as e:  # noqa: BLE001  (the parent reports it: the engine's refusal or this replay's failure)
         traceback.print_exc()
-        engine = payload.get("engine", "")
-        Path(out).write_text(json.dumps({"rank": rank, "error": f"{type(e).__name__}: {e}"[:600],
-                                         "by_engine": bool(engine) and raised_by_engine(e, engine)}))
+        Path(out).write_text(json.dumps({"rank": rank, **failure(e, payload.get("engine", ""))}))
         _unlink(made)
         sys.stderr.flush()
         os._exit(1)
@@ -52,33 +64,76 @@ def _child(entry: str, rank: int, tp: int, rendezvous: str, payload: dict, out: 
     os._exit(0)  # past the engine's atexit hooks (its process groups are torn down with the process)
 
 
-def _shared_memory_kept() -> list[str]:
-    """The names of the shared-memory segments this rank's engine makes (SGLang's CPU groups make one), recorded as
-    they are registered with multiprocessing's resource tracker, so the rank removes them as it exits."""
+def failure(e: BaseException, engine: str) -> dict:
+    """``{"error", "kind"}`` of an exception a rank met: ``TargetBuildError`` / ``EngineBuildError`` (the engine's own
+    refusal, as the one-rank adapters raise it, or raised inside the engine's code), else ``ReplayError``."""
+    from contracts.engines.errors import TargetBuildError, raised_by_engine
+
+    if isinstance(e, TargetBuildError):
+        kind = "TargetBuildError"
+    elif isinstance(e, EngineBuildError) or (engine and raised_by_engine(e, engine)):
+        kind = "EngineBuildError"
+    else:
+        kind = "ReplayError"
+    return {"error": f"{type(e).__name__}: {e}"[:600], "kind": kind}
+
+
+def agreed(build, engine: str):
+    """BUILD() in every rank, then every rank told whether all succeeded (a gloo ``all_gather_object``), before any
+    collective that a failed rank would never join: ``(value, None)``, or ``(None, {"error", "kind", "rank"})`` of the
+    first rank that failed, on every rank."""
+    import torch.distributed as dist
+
+    try:
+        value, mine = build(), None
+    except Exception as e:  # noqa: BLE001  (reported below, by every rank alike)
+        import traceback
+
+        traceback.print_exc()
+        value, mine = None, failure(e, engine)
+    states: list = [None] * dist.get_world_size()
+    dist.all_gather_object(states, mine)
+    failed = next(({**s, "rank": r} for r, s in enumerate(states) if s is not None), None)
+    return (None, failed) if failed else (value, None)
+
+
+UNLINKABLE = ("shared_memory", "semaphore")  # what a rank's engine may leave for the resource tracker
+
+
+def _shared_memory_kept() -> list[tuple[str, str]]:
+    """The named shared-memory segments and semaphores this rank's engine makes (SGLang's CPU groups make a segment),
+    recorded as they are registered with multiprocessing's resource tracker, so the rank removes what is left of them
+    as it exits (past the engine's own teardown, which ``os._exit`` skips)."""
     from multiprocessing import resource_tracker
 
-    made: list[str] = []
-    register = resource_tracker.register
+    made: list[tuple[str, str]] = []
+    register, unregister = resource_tracker.register, resource_tracker.unregister
 
     def recorded(name, rtype):
-        if rtype == "shared_memory":
-            made.append(name)
+        if rtype in UNLINKABLE:
+            made.append((name, rtype))
         return register(name, rtype)
 
-    resource_tracker.register = recorded
+    def removed(name, rtype):  # the engine removed its own
+        if (name, rtype) in made:
+            made.remove((name, rtype))
+        return unregister(name, rtype)
+
+    resource_tracker.register, resource_tracker.unregister = recorded, removed
     return made
 
 
-def _unlink(names: list[str]) -> None:
+def _unlink(made: list[tuple[str, str]]) -> None:
+    import _multiprocessing
     import _posixshmem
     from multiprocessing import resource_tracker
 
-    for name in names:
+    for name, rtype in list(made):
         try:
-            _posixshmem.shm_unlink(name)
+            (_posixshmem.shm_unlink if rtype == "shared_memory" else _multiprocessing.sem_unlink)(name)
         except OSError:
             pass
-        resource_tracker.unregister(name, "shared_memory")
+        resource_tracker.unregister(name, rtype)
 
 
 def run_ranks(entry: str, tp: int, payload: dict, timeout: float = RANK_TIMEOUT_S) -> tuple[list[dict], float]:
@@ -113,14 +168,25 @@ def run_ranks(entry: str, tp: int, payload: dict, timeout: float = RANK_TIMEOUT_
     seconds = time.perf_counter() - start
     errors = [r for r in records if r is not None and "error" in r]
     if errors:
-        first = errors[0]
-        message = f"rank {first['rank']} of {tp}: {first['error']}"
-        raise EngineBuildError(message) if first["by_engine"] else ReplayError(message)
+        raise as_raised(errors[0], tp)
     missing = [r for r, record in enumerate(records) if record is None]
     if missing:
         raise ReplayError(f"rank(s) {missing} of {tp} ended without a record ({[procs[r].exitcode for r in missing]}; "
                           f"{seconds:.0f} s)")
     return [r for r in records if r is not None], seconds
+
+
+def as_raised(found: dict, tp: int) -> Exception:
+    """The exception a rank's ``failure`` stands for, said with the rank."""
+    return raised_as(found["kind"], f"rank {found['rank']} of {tp}: {found['error']}")
+
+
+def raised_as(kind: str | None, message: str) -> Exception:
+    """``TargetBuildError`` / ``EngineBuildError`` / ``ReplayError`` (KIND, as ``failure`` names it) of MESSAGE."""
+    from contracts.engines.errors import TargetBuildError
+
+    return {"TargetBuildError": TargetBuildError, "EngineBuildError": EngineBuildError}.get(kind or "",
+                                                                                          ReplayError)(message)
 
 
 # ---- inside a rank ---------------------------------------------------------------------------------------------

@@ -122,9 +122,9 @@ def update(doc: dict, specs: list[EngineSpec], workers: int = 1, only: list[str]
     return sweep(todo, workers, doc, only) if todo else doc
 
 
-def sweep(specs: list[EngineSpec], workers: int, doc: dict, only: list[str] | None = None) -> dict:
+def sweep(specs: list[EngineSpec], workers: int, doc: dict, only: list[str] | None = None, tp: int = 1) -> dict:
     """Run every bundled draft × contract under each engine spec (pytest, one xdist worker per release) and fold
-    the results into ``doc``."""
+    the results into ``doc``; at TP > 1, rank-consistency alone, into its section (``tensor_parallel``)."""
     from contracts.environments.engines import build_report, environment_for, EnvironmentBuildError
     from contracts.engines.inprocess import judged_in_process
 
@@ -133,6 +133,8 @@ def sweep(specs: list[EngineSpec], workers: int, doc: dict, only: list[str] | No
            f"--contracts-results={results}", *(f"--engine={s}" for s in specs)]
     if only:
         cmd.append(f"--contracts-only={','.join(only)}")
+    if tp > 1:
+        cmd.append(f"--tp={tp}")
     if workers > 1:
         cmd += ["-n", str(workers), "--dist", "loadgroup"]
     start = time.perf_counter()
@@ -157,8 +159,62 @@ def sweep(specs: list[EngineSpec], workers: int, doc: dict, only: list[str] | No
         stopped = (entry.get("build") or {}).get("probe", {}).get("stopped")
         if rows and all(r["status"] == "error" for r in rows) and "error" not in entry:
             entry["error"] = stopped or rows[0]["summary"]
-        doc["releases"][str(spec)] = entry
-    return record_sweep(doc, {"engines": [str(s) for s in specs], "workers": workers, "wall_s": round(wall, 1)})
+        section(doc, tp)[str(spec)] = entry
+    figures = {"engines": [str(s) for s in specs], "workers": workers, "wall_s": round(wall, 1)}
+    if tp > 1:
+        doc["tensor_parallel"][str(tp)]["last_sweep"] = figures
+        return doc
+    return record_sweep(doc, figures)
+
+
+def section(doc: dict, tp: int = 1) -> dict:
+    """The rows of the table at tensor parallelism TP: the releases' (one rank), or the ``tensor_parallel`` section's."""
+    if tp == 1:
+        return doc["releases"]
+    return doc.setdefault("tensor_parallel", {}).setdefault(str(tp), {}).setdefault("releases", {})
+
+
+TP_ENGINES = ("sglang", "vllm")  # the engines whose ranks build a drafter each (llama.cpp, OpenVINO GenAI: one process)
+
+
+def sweep_tensor_parallel(doc: dict, specs: list[EngineSpec], tp: int, workers: int = 1) -> dict:
+    """rank-consistency on every bundled draft at TP ranks under each release of an engine with ranks."""
+    specs = [s for s in with_paths(specs) if s.name in TP_ENGINES]
+    return sweep(specs, workers, doc, ["rank-consistency"], tp) if specs else doc
+
+
+def render_tensor_parallel(doc: dict, subjects: list[str]) -> list[str]:
+    out = []
+    for tp, part in sorted((doc.get("tensor_parallel") or {}).items(), key=lambda kv: int(kv[0])):
+        rows = {EngineSpec.parse(key): entry for key, entry in part.get("releases", {}).items()}
+        last = part.get("last_sweep") or {}
+        out += ["", f"## Tensor parallelism {tp}: does every rank build the drafter one rank builds", "",
+                f"`rank-consistency` at TP={tp} (`python -m contracts.tables.compatibility tp --tp {tp}`; the nightly "
+                "runs it for new releases): the release's own wiring in each of the ranks, run as gloo processes on a "
+                "CPU; the shards each rank serves, gathered in rank order, against the drafter one rank builds. "
+                "Releases whose TP code could not be driven on a CPU say why. llama.cpp and OpenVINO GenAI build one "
+                "drafter in one process (no rows)."
+                + (f" Last swept: {len(last.get('engines', []))} release path(s) in {last.get('wall_s', 0):.0f} s."
+                   if last else ""), "",
+                "| release | " + " | ".join(subjects) + " |", "|---|" + "---|" * len(subjects)]
+        for spec in sorted(rows, key=_order):
+            entry = rows[spec]
+            cells = [(c.get("rank-consistency") or {}) for c in entry.get("cells", {}).values()]
+            skipped = {c.get("summary") for c in cells} if cells and all(c.get("status") == "skip" for c in cells) \
+                else set()
+            if entry.get("error") or len(skipped) == 1:
+                reason = (entry.get("error") or skipped.pop() or "")[:300].replace("|", "/")
+                out.append(f"| {release_label(spec, entry)} | not judged: {reason} |" + " |" * (len(subjects) - 1))
+                continue
+            out.append(f"| {release_label(spec, entry)} | " + " | ".join(
+                _cell((entry.get("cells", {}).get(s) or {}).get("rank-consistency")) for s in subjects) + " |")
+        failing = [(spec, s, c["rank-consistency"]) for spec, entry in sorted(rows.items(), key=lambda kv: _order(kv[0]))
+                   for s, c in entry.get("cells", {}).items()
+                   if (c.get("rank-consistency") or {}).get("status") == "fail"]
+        if failing:
+            out += ["", "Failures, in the engine's words:", ""]
+            out += [f"- {release_label(spec, rows[spec])}, {s}: {c['summary'][:400]}" for spec, s, c in failing]
+    return out
 
 
 def record_sweep(doc: dict, sweep: dict) -> dict:
@@ -212,7 +268,7 @@ def _duplicate(doc: dict, spec: EngineSpec) -> bool:
 def render(doc: dict) -> str:
     from contracts.checks import all_contracts
 
-    contracts = [c for c in all_contracts()]
+    contracts = [c for c, declared in all_contracts().items() if declared.applies is None]  # (one rank's contracts)
     rows = {EngineSpec.parse(key): entry for key, entry in doc["releases"].items()}
     specs = sorted((s for s in rows if not _duplicate(doc, s)), key=_order)
     subjects = sorted({s for e in rows.values() for s in e.get("cells", {})})
@@ -261,6 +317,7 @@ def render(doc: dict) -> str:
         else:
             out.append(f"| {release_label(spec, entry)} | "
                        + " | ".join(verdict_cell(entry.get("cells", {}).get(s)) for s in subjects) + " |")
+    out += render_tensor_parallel(doc, subjects)
     out += ["", "## Where each break began and ended", "",
             "Per engine, in release order over the releases judged (a release that could not be judged is "
             "skipped, not counted as a change).", ""]
@@ -348,6 +405,11 @@ def main(argv=None) -> int:
     m = sub.add_parser("merge", help="fold the data files of several sweeps into the table")
     m.add_argument("parts", nargs="+", help="compatibility JSON files written by `sweep --data`")
     sub.add_parser("render", help="write docs/compatibility.md from fixtures/compatibility.json")
+    tps = sub.add_parser("tp", help="rank-consistency on every bundled draft at a tensor-parallel size, per release")
+    tps.add_argument("--tp", type=int, default=2, help="the tensor-parallel size (default %(default)s)")
+    tps.add_argument("--engines", required=True, help="comma-separated specs (patterns as for sweep)")
+    tps.add_argument("-n", type=int, default=1, help="pytest-xdist workers (one release per worker at a time)")
+    tps.add_argument("--data", default=str(DATA), help="the table's data to update (default %(default)s)")
     t = sub.add_parser("trainers", help="build a tiny draft with each trainer release (its own environment) and "
                                         "judge it on engine releases: the trainer release x engine release grid")
     t.add_argument("--releases", help="comma-separated trainer specs (speculators==0.8.1; patterns as for engines); "
@@ -381,6 +443,10 @@ def main(argv=None) -> int:
             chosen = [k for k in chosen if k not in doc.get("trainers", {})]
         engines = expand([e.strip() for e in args.engines.split(",") if e.strip()])
         doc = trainer_compatibility.update(doc, chosen, engines, args.n)
+        save(doc, data)
+    elif args.command == "tp":
+        doc = sweep_tensor_parallel(doc, expand([e.strip() for e in args.engines.split(",") if e.strip()]), args.tp,
+                                    args.n)
         save(doc, data)
     elif args.command == "merge":
         doc = merge(doc, [load(Path(part)) for part in args.parts])

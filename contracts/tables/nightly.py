@@ -96,6 +96,27 @@ def _previous(doc: dict, spec: EngineSpec) -> EngineSpec | None:
     return max(older, key=lambda o: order(str(o.version)), default=None)
 
 
+def newly_failing_at_tp(doc: dict, specs: list[EngineSpec], tp: int) -> list[dict]:
+    """rank-consistency failing at TP on a release judged tonight where fixtures/expected.json documents no such
+    failure for it (or, for a release it does not document, for the pinned release)."""
+    from contracts.refusals import REFUSED
+
+    rows = (doc.get("tensor_parallel") or {}).get(str(tp), {}).get("releases", {})
+    out = []
+    for spec in specs:
+        documented = expected_failures(spec, tp)
+        known = documented if documented is not None else (expected_failures(None, tp) or {})
+        for subject, cells in (rows.get(str(spec)) or {}).get("cells", {}).items():
+            cell = cells.get("rank-consistency") or {}
+            one_rank = (doc["releases"].get(str(spec)) or {}).get("cells", {}).get(subject, {})
+            if cell.get("summary", "").startswith(REFUSED) and any(c["status"] == "fail" for c in one_rank.values()):
+                continue  # the release refuses this draft on one rank too: that row reports it
+            if cell.get("status") in ("fail", "error") and (subject, "rank-consistency") not in known:
+                out.append({"engine": f"{spec} --tp {tp}", "subject": subject, "contract": "rank-consistency",
+                            "before": None, "summary": cell.get("summary", "")[:300]})
+    return out
+
+
 def newly_failing(doc: dict, specs: list[EngineSpec]) -> list[dict]:
     """(release, draft, contract) failing where the release before it held (for an engine's first release: where the
     pinned release's documented verdict is not a failure). A refusal to build the draft is one finding whichever
@@ -125,6 +146,9 @@ def newly_failing(doc: dict, specs: list[EngineSpec]) -> list[dict]:
     return out
 
 
+NIGHTLY_TP = 2  # the tensor-parallel size each new SGLang and vLLM release is judged at, in two gloo ranks
+
+
 def main(argv=None) -> int:
     from contracts.engines import close_all, engine_for
     from contracts.engines.surface_drift import drift, drift_markdown
@@ -137,6 +161,8 @@ def main(argv=None) -> int:
     p.add_argument("-n", type=int, default=1, help="pytest-xdist workers for the sweep (one release each)")
     p.add_argument("--only", help="comma-separated contract ids (default: all)")
     p.add_argument("--no-trainers", action="store_true", help="skip the trainer releases new to the table")
+    p.add_argument("--no-tp", action="store_true",
+                   help=f"skip rank-consistency at TP={NIGHTLY_TP} on the engine releases judged tonight")
     p.add_argument("--no-acceptance", action="store_true",
                    help="skip the acceptance study on the vLLM releases judged tonight")
     p.add_argument("--write-snapshot", action="store_true",
@@ -169,6 +195,8 @@ def main(argv=None) -> int:
         only = [c.strip() for c in args.only.split(",")] if args.only else None
         if specs:
             doc = compatibility.update(doc, specs, args.n, only)
+            if not args.no_tp and (not only or "rank-consistency" in only):  # each new release at TP=2 too
+                doc = compatibility.sweep_tensor_parallel(doc, specs, NIGHTLY_TP, args.n)
             compatibility.save(doc, data)
             if data.resolve() == compatibility.DATA.resolve():
                 compatibility.DOC.write_text(compatibility.render(doc))
@@ -184,7 +212,8 @@ def main(argv=None) -> int:
                    "last_sweep": doc.get("last_sweep"),
                    "trainers": {k: doc["trainers"][k] for k in trainer_keys if k in doc.get("trainers", {})},
                    "last_trainer_sweep": doc.get("last_trainer_sweep") if trainer_keys else None}
-        failing = newly_failing(doc, judged) + trainer_compatibility.newly_failing(doc, trainer_keys)
+        failing = newly_failing(doc, judged) + newly_failing_at_tp(doc, judged, NIGHTLY_TP) \
+            + trainer_compatibility.newly_failing(doc, trainer_keys)
         (out / "matrix.json").write_text(json.dumps(tonight, indent=1, sort_keys=True) + "\n")
         (out / "matrix.md").write_text(compatibility.render(tonight))
         (out / "newly_failing.json").write_text(json.dumps(failing, indent=1) + "\n")

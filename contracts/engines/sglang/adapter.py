@@ -55,7 +55,14 @@ def forward(engine_dir, target_dir, reference_path, runner=None):
 
 
 def ranks(engine_dirs, target_dir, tp, runner=None):
+    from contracts.engines.errors import ReplayError
+    from contracts.engines.ranks import MAX_RANKS_VAR, max_process_ranks
     from contracts.engines.sglang.tensor_parallel import observe_ranks
+
+    if tp > max_process_ranks():
+        raise ReplayError(f"SGLang's ranks are judged as processes, up to {max_process_ranks()} on this machine "
+                          f"({MAX_RANKS_VAR}); its vocabulary shards depend on its published parallel state (its "
+                          f"padding grows with the TP size), which this suite does not stand in for in one process")
 
     return observe_ranks(engine_dirs, target_dir, tp, runner)
 

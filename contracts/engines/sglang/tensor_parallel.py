@@ -22,12 +22,26 @@ def _rows(layer) -> list[int]:
     return [int(indices.org_vocab_start_index), int(indices.org_vocab_end_index)]
 
 
+def _holding(model, param):
+    """The module of MODEL whose ``weight`` is PARAM (the target's embedding / head, wherever its class keeps them)."""
+    return next(m for m in model.modules() if getattr(m, "weight", None) is param)
+
+
+def _wired(w):
+    """The wiring, or the engine's own refusal of it raised (``wire`` keeps it as an observation)."""
+    if w.error is not None:
+        from contracts.engines.errors import EngineBuildError
+
+        raise EngineBuildError(f"SGLang's {w.wiring} raised: {w.error}")
+    return w
+
+
 def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
     """One rank: SGLang's TP-rank context, then each draft wired to the target by the release's own worker code."""
     import torch
 
     torch.set_num_threads(1)
-    from contracts.engines.ranks import differences, fingerprint_of, gathered
+    from contracts.engines.ranks import agreed, differences, fingerprint_of, gathered
     from contracts.engines.sglang import context
     from contracts.engines.sglang.aux_capture import _resolve_aux_config
     from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM
@@ -36,9 +50,11 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
     context.ensure_context(tp=tp, rank=rank, init_method=f"file://{rendezvous}")
     seen: dict[str, dict] = {}
     for draft in payload["drafts"]:
-        w = wire(draft, payload["target"])
-        if w.error is not None:
-            raise RuntimeError(f"SGLang's {w.wiring} raised: {w.error}")
+        w, failed = agreed(lambda: _wired(wire(draft, payload["target"])), "sglang")  # noqa: B023  (called at once)
+        if failed:
+            seen[draft] = {"failed": failed}
+            continue
+        target_embed, target_head = w.target.get_embed_and_head()
         target_params = {id(p) for p in _vocab_params(w.target)}
         embed_module, head_module = w.draft.model.embed_tokens, w.draft.lm_head
         vocab = int(w.target_mc.hf_config.vocab_size)
@@ -49,10 +65,10 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
         _, aux = _resolve_aux_config(Path(draft), w.target_mc)
         seen[draft] = {
             "embed": {"decision": "shared" if id(w.draft.get_parameter(EMBED_PARAM)) in target_params else "kept",
-                      "rows": _rows(embed_module), "target_rows": _rows(w.target.model.embed_tokens),
+                      "rows": _rows(embed_module), "target_rows": _rows(_holding(w.target, target_embed)),
                       "served": fingerprint_of(served_embed, str(served_embed.dtype).removeprefix("torch."))},
             "lm_head": {"decision": "shared" if id(w.draft.get_parameter(HEAD_PARAM)) in target_params else "kept",
-                        "rows": head_rows, "target_rows": _rows(w.target.lm_head),
+                        "rows": head_rows, "target_rows": _rows(_holding(w.target, target_head)),
                         "served": fingerprint_of(served_head, str(served_head.dtype).removeprefix("torch."))},
             "aux_layer_ids": None if aux is None else list(aux),
         }
@@ -76,6 +92,12 @@ def observe_ranks(engine_dirs, target_dir, tp: int, runner: str | None = None) -
                                  {"engine": "sglang", "target": target, "drafts": drafts})
     observations = []
     for draft in drafts:
+        failed = next((r["drafts"][draft]["failed"] for r in records if "failed" in r["drafts"][draft]), None)
+        if failed:
+            observations.append(RankObservation(engine={"name": "sglang", "version": engine_version()}, tp_size=tp,
+                                                how="processes", runner=None, error=f"rank {failed['rank']} of {tp}: "
+                                                f"{failed['error']}", error_kind=failed["kind"]))
+            continue
         ranks = [{"rank": r["rank"], "peak_rss_mb": r["peak_rss_mb"], **r["drafts"][draft]} for r in records]
         observations.append(RankObservation(
             engine={"name": "sglang", "version": engine_version()}, tp_size=tp, how="processes", ranks=ranks,

@@ -55,8 +55,11 @@ def forward(engine_dir, target_dir, reference_path, runner=None):
 
 
 def ranks(engine_dirs, target_dir, tp, runner=None):
-    from contracts.engines.vllm.tensor_parallel import observe_ranks
+    from contracts.engines.ranks import max_process_ranks
+    from contracts.engines.vllm.tensor_parallel import observe_ranks, observe_shard_ranges
 
+    if tp > max_process_ranks():  # beyond what this machine runs as processes: vLLM's shard functions, one process
+        return observe_shard_ranges(engine_dirs, target_dir, tp, runner)
     return observe_ranks(engine_dirs, target_dir, tp, runner)
 
 

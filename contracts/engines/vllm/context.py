@@ -74,8 +74,9 @@ def _has_dist(name: str) -> bool:
         return False
 
 
-def ensure_context() -> None:
-    """The one-rank world (gloo, a private file rendezvous) and the CPU runner's accelerator no-ops, once. The
+def ensure_context(tp: int = 1, rank: int = 0, init_method: str | None = None) -> None:
+    """The one-rank world (gloo, a private file rendezvous; or rank RANK of a TP-rank world meeting at INIT_METHOD,
+    ``contracts.engines.ranks``) and the CPU runner's accelerator no-ops, once. The
     groups are made under a config without a model, for which vLLM makes every group, the expert-parallel one
     included (a dense first model would leave it out and every MoE target after it would fail to build)."""
     global _ready
@@ -93,9 +94,9 @@ def ensure_context() -> None:
         rendezvous = _scratch_dir("dist") / "rendezvous"
         with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
             if not torch.distributed.is_initialized():
-                init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                             distributed_init_method=f"file://{rendezvous}")
-            initialize_model_parallel(1, 1)
+                init_distributed_environment(world_size=tp, rank=rank, local_rank=rank, backend="gloo",
+                                             distributed_init_method=init_method or f"file://{rendezvous}")
+            initialize_model_parallel(tp, 1)
         _ready = True
 
 
@@ -190,8 +191,9 @@ class DraftConfigs:
         return self.vc.model_config
 
 
-def draft_configs(draft_dir: Path, target_dir: Path | None, dtype: str = "auto") -> DraftConfigs:
-    """vLLM's configs for serving DRAFT_DIR as the EAGLE-3 draft of TARGET_DIR (see the module docstring).
+def draft_configs(draft_dir: Path, target_dir: Path | None, dtype: str = "auto", tp: int = 1) -> DraftConfigs:
+    """vLLM's configs for serving DRAFT_DIR as the EAGLE-3 draft of TARGET_DIR (see the module docstring), at
+    tensor parallelism TP.
 
     Raises ``EngineBuildError`` when vLLM's own config handling refuses the draft."""
     import_vllm()
@@ -211,10 +213,11 @@ def draft_configs(draft_dir: Path, target_dir: Path | None, dtype: str = "auto")
                 else f"built against a stand-in Llama target with the target's vocab, width and layer count ({e})")
         tmc = target_model_config(_stand_in_target(draft_cfg, target_cfg, scratch), dtype)
     try:
+        parallel = ParallelConfig(tensor_parallel_size=tp)
         spec = SpeculativeConfig(method="eagle3", model=str(draft_dir), num_speculative_tokens=1,
-                                 target_model_config=tmc, target_parallel_config=ParallelConfig(),
-                                 enforce_eager=True)
-        vc = VllmConfig(model_config=tmc, speculative_config=spec, device_config=DeviceConfig(device="cpu"))
+                                 target_model_config=tmc, target_parallel_config=parallel, enforce_eager=True)
+        vc = VllmConfig(model_config=tmc, speculative_config=spec, parallel_config=parallel,
+                        device_config=DeviceConfig(device="cpu"))
     except Exception as e:
         raise EngineBuildError(f"vLLM's SpeculativeConfig rejected the draft config: {type(e).__name__}: "
                                f"{e}") from None

@@ -36,6 +36,11 @@ def _rows(layer) -> list[int]:
     return [int(indices.org_vocab_start_index), int(indices.org_vocab_end_index)]
 
 
+def _module(model, name: str):
+    """MODEL's module NAME nearest its root (a multimodal target keeps its language model's one level down)."""
+    return min(((n, m) for n, m in model.named_modules() if n.split(".")[-1] == name), key=lambda nm: len(nm[0]))[1]
+
+
 def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
     """One rank: vLLM's distributed state, then each draft built, loaded and wired by the runner's own code."""
     os.environ["VLLM_DIST_IDENT"] = Path(rendezvous).name  # what vLLM's CpuWorker sets: its shm group's name
@@ -45,44 +50,43 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
-    from vllm.distributed import (destroy_distributed_environment, destroy_model_parallel,
-                                  ensure_model_parallel_initialized, init_distributed_environment)
-    from vllm.model_executor.model_loader import get_model
+    context.ensure_context(tp, rank, f"file://{rendezvous}")
+    from vllm.distributed import destroy_distributed_environment, destroy_model_parallel
     from vllm.v1.spec_decode.eagle import EagleProposer
-    from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
     from vllm.v1.worker.gpu.spec_decode.eagle.utils import load_eagle_model
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from contracts.engines.ranks import differences, fingerprint_of, gathered
+    from contracts.engines.errors import TargetBuildError
+    from contracts.engines.ranks import agreed, differences, fingerprint_of, gathered
+    from contracts.engines.vllm.wiring import _load_target_vocab_tensors, build_target
 
-    _set_torch_accelerator_to_noop()  # as vLLM's CPU model runner does (the loader calls torch.accelerator.*)
     target, runner = payload["target"], payload["runner"]
 
-    def configs(draft: str):
-        parallel = ParallelConfig(tensor_parallel_size=tp)
-        model = ModelConfig(model=target, skip_tokenizer_init=True, dtype="auto", enforce_eager=True,
-                            max_model_len=context.MAX_MODEL_LEN)
-        spec = SpeculativeConfig(method="eagle3", model=draft, num_speculative_tokens=1, target_model_config=model,
-                                 target_parallel_config=parallel, enforce_eager=True)
-        return VllmConfig(model_config=model, speculative_config=spec, parallel_config=parallel,
-                          device_config=DeviceConfig(device="cpu"))
-
-    seen: dict[str, dict] = {}
-    for i, draft in enumerate(payload["drafts"]):
-        vc = configs(draft)
-        with context.building(vc), torch.no_grad():
-            if i == 0:
-                init_distributed_environment(tp, rank, f"file://{rendezvous}", rank, "gloo")
-                ensure_model_parallel_initialized(tp, 1)
-            target_model = get_model(vllm_config=vc)
-            embed, head = target_model.model.embed_tokens, target_model.lm_head
+    def build(draft: str):
+        """The server's configs at TP ranks; the target as the embed-head wiring builds it (its class on ``meta``,
+        its embedding and head loaded by its own ``load_weights``: each rank its shard); the draft by the runner."""
+        configs = context.draft_configs(Path(draft), Path(target), tp=tp)
+        vc = configs.vc
+        with context.building(vc):
+            target_model = build_target(configs)
+            _, _, error, _ = _load_target_vocab_tensors(target_model, Path(target))
+            if error:
+                raise TargetBuildError(f"vLLM's load_weights of the target's embedding and head raised: {error}")
             if runner == "v1":
                 proposer = EagleProposer(vc, torch.device("cpu"), runner=None)
                 proposer.load_model(target_model)
-                model = proposer.model
-            else:
-                model = load_eagle_model(target_model, vc)
+                return vc, target_model, proposer.model
+            return vc, target_model, load_eagle_model(target_model, vc)
+
+    seen: dict[str, dict] = {}
+    for draft in payload["drafts"]:
+        with torch.no_grad():
+            built, failed = agreed(lambda: build(draft), "vllm")  # noqa: B023  (called at once)
+            if failed:
+                seen[draft] = {"failed": failed}
+                continue
+            vc, target_model, model = built
+            embed, head = _module(target_model, "embed_tokens"), _module(target_model, "lm_head")
             vocab = int(vc.model_config.hf_config.get_text_config().vocab_size)
             served_embed = model.model.embed_tokens(torch.arange(vocab))  # its own forward: the all-reduce included
             own_head = model.lm_head
@@ -102,7 +106,7 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
             for role, served in (("embed", served_embed), ("lm_head", served_head)):
                 seen[draft][role]["differs"] = differences(served, Path(draft), Path(target), role)
         vc.compilation_config.static_forward_context.clear()
-        del target_model, model, embed, head, own_head
+        del target_model, model, embed, head, own_head, built
     destroy_model_parallel()
     destroy_distributed_environment()
     return {"rank": rank, "drafts": seen}
@@ -123,6 +127,12 @@ def observe_ranks(engine_dirs, target_dir, tp: int, runner: str | None = None) -
                                   "runner": runner})
     observations = []
     for draft in drafts:
+        failed = next((r["drafts"][draft]["failed"] for r in records if "failed" in r["drafts"][draft]), None)
+        if failed:
+            observations.append(RankObservation(engine={"name": "vllm", "version": engine_version()}, tp_size=tp,
+                                                how="processes", runner=runner, error=f"rank {failed['rank']} of {tp}: "
+                                                f"{failed['error']}", error_kind=failed["kind"]))
+            continue
         ranks = [{"rank": r["rank"], "peak_rss_mb": r["peak_rss_mb"], **r["drafts"][draft]} for r in records]
         observations.append(RankObservation(
             engine={"name": "vllm", "version": engine_version()}, tp_size=tp, how="processes", runner=runner,
@@ -141,3 +151,77 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+SHARD_WIRING = ("vLLM's VocabParallelEmbedding._get_indices (each rank's vocabulary shard) and _should_share (Model "
+                "Runner V2's per-rank decision; V1's _maybe_share_embeddings / _maybe_share_lm_head make the same "
+                "torch.equal of the rank's shard) called for each rank in one process, on the checkpoint's and the "
+                "target's rows as the engine loads them")
+
+
+def _shard(files: dict, who: str, rows: dict, dtype):
+    """WHO's rows of this rank (``files[who]``: its checkpoint and tensor name), as a module holding them in DTYPE."""
+    import types
+
+    import torch
+
+    from contracts.checkpoint import tensor_rows
+
+    if who not in files:
+        return None
+    ckpt, key = files[who]
+    part = tensor_rows(ckpt.path / ckpt.tensors[key].file, key)[rows[who][0]:rows[who][1]]
+    return types.SimpleNamespace(weight=torch.as_tensor(part).to(dtype))
+
+
+def observe_shard_ranges(engine_dirs, target_dir, tp: int, runner: str | None = None) -> list:
+    """A ``RankObservation`` per draft at a TP size beyond what this machine runs in processes: for each rank, the
+    vocabulary shard vLLM's own ``VocabParallelEmbedding._get_indices`` gives it and the decision vLLM's own
+    ``_should_share`` takes on that shard of the draft's tensor and the target's (read from their files, cast to the
+    dtype the engine loads them in); the draft's own-tensor flags from vLLM's own load of it (one rank)."""
+    import types
+
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding, pad_vocab_size
+    from vllm.v1.worker.gpu.spec_decode.eagle.utils import _should_share
+
+    from contracts.checkpoint import Checkpoint
+    from contracts.engines.errors import EngineBuildError
+    from contracts.engines.ranks import ROLE_KEYS, key_ending
+    from contracts.engines.vllm.context import engine_version
+    from contracts.engines.vllm.loader import load_traced
+    from contracts.engines.vllm.runners import observe_path
+    from contracts.observations import RankObservation
+
+    target = Path(target_dir)
+    runner = runner or observe_path(Path(engine_dirs[0]), target, None).judged
+    flags = {"embed": "has_own_embed_tokens", "lm_head": "has_own_lm_head"}
+    found = []
+    for draft in map(Path, engine_dirs):
+        _, configs, model, _, _, load_error = load_traced(draft, target)
+        if load_error:
+            found.append(RankObservation(engine={"name": "vllm", "version": engine_version()}, tp_size=tp,
+                                         how="shard-ranges", runner=runner, error=f"vLLM's load_weights: {load_error}",
+                                         error_kind=EngineBuildError.__name__))
+            continue
+        dtype = configs.target.dtype
+        ranks: list[dict] = [{"rank": r} for r in range(tp)]
+        for role, suffix in ROLE_KEYS.items():
+            files = {who: (Checkpoint.open(d, require_weights=False), key) for who, d in (("draft", draft), ("target", target))
+                     if (key := key_ending(d, suffix)) is not None}
+            sizes = {who: ckpt.tensors[key].shape[0] for who, (ckpt, key) in files.items()}
+            for rank in ranks:
+                rows = {}
+                for who, size in sizes.items():
+                    padded = pad_vocab_size(size)
+                    shard = VocabParallelEmbedding._get_indices(padded, padded, size, size, rank["rank"], tp)
+                    rows[who] = [int(shard.org_vocab_start_index), int(shard.org_vocab_end_index)]
+                own = bool(getattr(model, flags[role], False))
+                share = _should_share(types.SimpleNamespace(**{flags[role]: own}), flags[role],
+                                      _shard(files, "draft", rows, dtype), _shard(files, "target", rows, dtype))
+                rank[role] = {"decision": "shared" if share else "kept",
+                              "rows": rows["target" if share else "draft"] if rows else None,
+                              "target_rows": rows.get("target")}
+        found.append(RankObservation(engine={"name": "vllm", "version": engine_version()}, tp_size=tp,
+                                     how="shard-ranges", runner=runner, ranks=ranks, wiring=SHARD_WIRING))
+        del model
+    return found
