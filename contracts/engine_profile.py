@@ -68,6 +68,8 @@ class EngineProfile:
     single_path: str = ""  # why a runner cannot be asked for (an engine with one path): the CLI's error says it
     serving_loop: ServingLoopProfile | None = None
     no_serving_loop: str = ""  # why accept cannot run its loop on a CPU (with serving_loop None)
+    # why it has no tensor-parallel ranks that each build a drafter (rank-consistency is then not judged); "": it has
+    no_ranks: str = ""
     convert_writes: bool = False  # `convert` writes a copy this engine loads as it is (else: its own converter)
     # a module run in the release's environment on convert's copy (``python -m JOB DST IDS_JSON``) that writes beside
     # it what the engine serves, with the aux layer ids where the engine reads them (OpenVINO GenAI: its exporter's

@@ -174,12 +174,10 @@ def section(doc: dict, tp: int = 1) -> dict:
     return doc.setdefault("tensor_parallel", {}).setdefault(str(tp), {}).setdefault("releases", {})
 
 
-TP_ENGINES = ("sglang", "vllm")  # the engines whose ranks build a drafter each (llama.cpp, OpenVINO GenAI: one process)
-
 
 def sweep_tensor_parallel(doc: dict, specs: list[EngineSpec], tp: int, workers: int = 1) -> dict:
     """rank-consistency on every bundled draft at TP ranks under each release of an engine with ranks."""
-    specs = [s for s in with_paths(specs) if s.name in TP_ENGINES]
+    specs = [s for s in with_paths(specs) if not profiles()[s.name].no_ranks]  # (engines whose ranks build drafters)
     return sweep(specs, workers, doc, ["rank-consistency"], tp) if specs else doc
 
 

@@ -62,9 +62,9 @@ def surface():
     return observe_surface()
 
 
+
 def ranks(engine_dirs, target_dir, tp, runner=None):
     from contracts.engines.errors import ReplayError
+    from contracts.engines.llamacpp.profile import PROFILE
 
-    raise ReplayError("llama.cpp has no tensor-parallel ranks: one process builds the one draft model and its "
-                      "backend scheduler places its tensors on the devices (--split-mode, --device-draft), so no rank "
-                      "builds a drafter of its own")
+    raise ReplayError(PROFILE.no_ranks)

@@ -27,4 +27,7 @@ PROFILE = EngineProfile(
         job="contracts.engines.llamacpp.acceptance",
         path="llama.cpp's server (xllamacpp {version}): the GGUFs its own converter writes, its EAGLE-3 speculative "
              "loop on ggml's CPU backend (the loop a GPU build runs)"),
+    no_ranks=("llama.cpp has no tensor-parallel ranks: one process builds the one draft model and its backend "
+              "scheduler places its tensors on the devices (--split-mode, --device-draft), so no rank builds a "
+              "drafter of its own"),
 )

@@ -62,9 +62,9 @@ def surface():
     return observe_surface()
 
 
+
 def ranks(engine_dirs, target_dir, tp, runner=None):
     from contracts.engines.errors import ReplayError
+    from contracts.engines.openvino.profile import PROFILE
 
-    raise ReplayError("OpenVINO GenAI has no tensor-parallel ranks: one pipeline compiles the draft model for one "
-                      "device (a multi-device plugin splits it inside that process), so no rank builds a drafter of "
-                      "its own")
+    raise ReplayError(PROFILE.no_ranks)

@@ -36,4 +36,6 @@ PROFILE = EngineProfile(
         job="contracts.engines.openvino.acceptance",
         path="LLMPipeline with the draft model (continuous batching) on a CPU: the IRs its "
              "exporter writes, the draft's with its trained layer ids in rt_info (hidden_layers_list)"),
+    no_ranks=("OpenVINO GenAI has no tensor-parallel ranks: one pipeline compiles the draft model for one device "
+              "(a multi-device plugin splits it inside that process), so no rank builds a drafter of its own"),
 )
