@@ -14,7 +14,7 @@ contract is judged on one rank, which this one says the N ranks together equal.
 
 from __future__ import annotations
 
-from contracts.checkpoint import text_config
+from contracts.checkpoint import WeightsNotFetched, text_config
 from contracts.checks.evidence import engine_label
 from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 
@@ -71,6 +71,11 @@ def check_rank_consistency(subject: SubjectView) -> Result:
         return Result(CID, SKIP, "not judged: each rank compares its shard of the draft's embedding and head with the "
                                  "target's values, and the target was given as its config alone",
                       fix="give the target's weights (its embed_tokens and lm_head)", needs="the target's weights")
+    for role, ckpt in (("draft", subject.checkpoint), ("target", subject.target)):
+        if ckpt.not_fetched:  # each rank's engine reads its files whole: a hole would be read as zeros
+            raise WeightsNotFetched(f"the {role}'s {ckpt.not_fetched[0]} (and {len(ckpt.not_fetched) - 1} more) was "
+                                    f"not fetched from the Hub, and each rank's engine loads every tensor: rerun with "
+                                    f"--download")
     obs = subject.ranks
     runner = {"v1": ", Model Runner V1", "v2": ", Model Runner V2"}.get(obs.runner or "", "")
     where = f"{engine_label(obs.engine)}{runner} at TP={obs.tp_size}"

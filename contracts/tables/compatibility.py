@@ -181,6 +181,16 @@ def sweep_tensor_parallel(doc: dict, specs: list[EngineSpec], tp: int, workers: 
     return sweep(specs, workers, doc, ["rank-consistency"], tp) if specs else doc
 
 
+def _refused_on_one_rank(doc: dict, spec: EngineSpec, subject: str, entry: dict) -> bool:
+    """The ranks could not build SUBJECT on SPEC, and one rank fails it too: the one-rank row's finding, not the
+    ranks'."""
+    from contracts.refusals import REFUSED
+
+    cell = (entry.get("cells", {}).get(subject) or {}).get("rank-consistency") or {}
+    one_rank = (doc["releases"].get(str(spec)) or {}).get("cells", {}).get(subject, {})
+    return cell.get("summary", "").startswith(REFUSED) and any(c["status"] == "fail" for c in one_rank.values())
+
+
 def render_tensor_parallel(doc: dict, subjects: list[str]) -> list[str]:
     out = []
     for tp, part in sorted((doc.get("tensor_parallel") or {}).items(), key=lambda kv: int(kv[0])):
@@ -205,13 +215,17 @@ def render_tensor_parallel(doc: dict, subjects: list[str]) -> list[str]:
                 out.append(f"| {release_label(spec, entry)} | not judged: {reason} |" + " |" * (len(subjects) - 1))
                 continue
             out.append(f"| {release_label(spec, entry)} | " + " | ".join(
+                "refused" if _refused_on_one_rank(doc, spec, s, entry) else
                 _cell((entry.get("cells", {}).get(s) or {}).get("rank-consistency")) for s in subjects) + " |")
         failing = [(spec, s, c["rank-consistency"]) for spec, entry in sorted(rows.items(), key=lambda kv: _order(kv[0]))
                    for s, c in entry.get("cells", {}).items()
-                   if (c.get("rank-consistency") or {}).get("status") == "fail"]
+                   if (c.get("rank-consistency") or {}).get("status") == "fail"
+                   and not _refused_on_one_rank(doc, spec, s, entry)]
+        out += ["", "\"refused\": the release cannot build that draft on one rank either (its row above says why).", ""]
         if failing:
-            out += ["", "Failures, in the engine's words:", ""]
-            out += [f"- {release_label(spec, rows[spec])}, {s}: {c['summary'][:400]}" for spec, s, c in failing]
+            out += ["Failures, in the engine's words:", ""]
+            out += [f"- {release_label(spec, rows[spec])}, {s}: {' '.join(c['summary'].split())[:400]}"
+                    for spec, s, c in failing]
     return out
 
 
