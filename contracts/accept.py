@@ -84,7 +84,7 @@ def serving_loop(engine: EngineSpec | None = None) -> ServingLoop:
 
 
 def measure(draft, target, *, engine: EngineSpec | None = None, tokens: int = 3, prompts: int = 4, max_tokens: int = 64,
-            temperature: float = 0.0, expect: bool = True, explain: bool = True) -> dict:
+            temperature: float = 0.0, expect: bool = True, explain: bool = True, tp: int = 1) -> dict:
     """The engine's own acceptance counters for DRAFT speculating for TARGET on its CPU serving loop (vLLM's, or
     llama.cpp's), with the engine and path measured and the wall time. Raises contracts.checkpoint.InputError
     (unusable inputs), AcceptUnavailable, ServingRefused."""
@@ -92,11 +92,14 @@ def measure(draft, target, *, engine: EngineSpec | None = None, tokens: int = 3,
     Checkpoint.open(draft)
     Checkpoint.open_target(target, require_weights=True)  # with its weights: accept serves the target
     loop = serving_loop(engine)
+    if tp > 1 and loop.release.profile.no_ranks:
+        raise AcceptUnavailable(f"accept --tp {tp}: {loop.release.profile.no_ranks}")
     from contracts.environments.engines import environment_for
     from contracts.engines.remote import run_module
 
     python = environment_for(loop.release)
-    options = {"tokens": tokens, "n_prompts": prompts, "max_tokens": max_tokens, "temperature": temperature}
+    options = {"tokens": tokens, "n_prompts": prompts, "max_tokens": max_tokens, "temperature": temperature,
+               **({"tp": tp} if tp > 1 else {})}
     start = time.perf_counter()
     with ThreadPoolExecutor(1) as pool:  # the trainer's expectation runs while the engine serves
         expected = pool.submit(trainer_expectation, draft, target, options) if expect and temperature == 0 else None
@@ -247,4 +250,5 @@ def render_text(result: dict) -> str:
 
 
 def _label(result: dict) -> str:
-    return f"{ENGINE_NAMES[result['engine']['name']]} {result['engine']['version']}"
+    tp = result.get("tensor_parallel_size") or 1
+    return f"{ENGINE_NAMES[result['engine']['name']]} {result['engine']['version']}" + (f" at TP={tp}" if tp > 1 else "")

@@ -111,6 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--runner", choices=_runners(), help="the model runner (an engine with several); a CPU serves "
                                                         "with the one its serving loop names")
     a.add_argument("--tokens", type=int, default=3, help="speculative tokens per round (default 3)")
+    a.add_argument("--tp", type=_tp, default=1,
+                   help="serve at this tensor-parallel size: the engine's own ranks as processes on this CPU (vLLM)")
     a.add_argument("--prompts", type=int, default=4, help="number of fixed prompts (default 4)")
     a.add_argument("--max-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
     a.add_argument("--temperature", type=float, default=0.0,
@@ -467,7 +469,7 @@ def _run_accept(args) -> int:
     _guard_output(args.output, [Path(args.draft), Path(args.target)])
     try:
         result = measure(args.draft, args.target, engine=engine, tokens=args.tokens, prompts=args.prompts,
-                         max_tokens=args.max_tokens, temperature=args.temperature, expect=args.expectation)
+                         max_tokens=args.max_tokens, temperature=args.temperature, expect=args.expectation, tp=args.tp)
     except AcceptUnavailable as e:
         raise UsageError(str(e)) from None
     except ServingRefused as e:

@@ -149,3 +149,17 @@ def test_vllm_at_tp8_is_judged_from_its_shard_functions_in_one_process(embedding
     assert "_should_share" in partly["evidence"]["wiring"]
     code, equal = docs["equal"]
     assert code == 0 and equal["status"] == PASS and len(equal["evidence"]["ranks"]) == 8
+
+
+def test_accept_serves_at_tp2_on_vllms_cpu_serving_loop():
+    """vLLM's own serving loop at TP=2 on this CPU (its multiprocessing executor, a worker per rank over gloo): the
+    bundled converged draft keeps its acceptance (3.91 at TP=1)."""
+    done = _cli("accept", FIXTURES / "converged" / "speculators", "--target", FIXTURES / "converged" / "target",
+                "--tp", "2", "--no-expectation", "--format", "json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["tensor_parallel_size"] == 2 and result["model_runner"] == "CPUModelRunner"
+    assert result["mean_acceptance_length"] > 3.5 and result["rounds"] > 0
+    no_ranks = _cli("accept", FIXTURES / "converged" / "speculators", "--target", FIXTURES / "converged" / "target",
+                    "--engine", "llamacpp", "--tp", "2")
+    assert no_ranks.returncode == 2 and "llama.cpp has no tensor-parallel ranks" in no_ranks.stderr

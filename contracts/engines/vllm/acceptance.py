@@ -45,15 +45,31 @@ def _counters(metrics) -> dict:
     return out
 
 
+def tensor_parallel(tp: int) -> dict:
+    """What ``LLM`` takes to serve at TP ranks on this CPU, as vLLM's CPU build runs them: its multiprocessing executor
+    (a worker process per rank, gloo and its shared-memory all-reduce between them), this machine's cores split between
+    the ranks (``VLLM_CPU_OMP_THREADS_BIND``, which a one-NUMA-node machine needs), and the executor's message queue
+    on the loopback (``VLLM_HOST_IP``)."""
+    if tp <= 1:
+        return {}
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // tp)
+    spans = [cores[r * share:(r + 1) * share] or cores[-1:] for r in range(tp)]
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0])
+                                                                 for s in spans))
+    os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+    return {"tensor_parallel_size": tp, "distributed_executor_backend": "mp"}
+
+
 def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int = 4, max_tokens: int = 64,
-            temperature: float = 0.0) -> dict:
+            temperature: float = 0.0, tp: int = 1) -> dict:
     start = time.perf_counter()
     try:  # the engine building, loading and serving the draft: an exception here is the engine's refusal
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         llm = cpu_llm(target_dir, draft_dir, tokens, max_model_len=PROMPT_TOKENS + max_tokens + 8,
-                      max_num_seqs=max(1, n_prompts), seed=SEED, disable_log_stats=False)
+                      max_num_seqs=max(1, n_prompts), seed=SEED, disable_log_stats=False, **tensor_parallel(tp))
         built = time.perf_counter()
         vocab = int(llm.llm_engine.model_config.get_vocab_size())
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, seed=SEED)
@@ -72,24 +88,31 @@ def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int 
         "rounds": drafts, "draft_tokens": int(counters.get("num_draft_tokens") or 0), "accepted_tokens": accepted,
         "generated_tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
         "num_speculative_tokens": tokens, "prompts": n_prompts, "prompt_tokens": PROMPT_TOKENS,
-        "max_tokens": max_tokens, "temperature": temperature, "model_runner": _model_runner(llm),
+        "max_tokens": max_tokens, "temperature": temperature, "model_runner": _model_runner(llm, tp),
+        "tensor_parallel_size": tp,
         "seconds_build": round(built - start, 2), "seconds_generate": round(done - built, 2),
     }
 
 
-def _model_runner(llm) -> str | None:
+def _model_runner(llm, tp: int = 1) -> str | None:
     """The class of the model runner that served (``CPUModelRunner``: V1 on the CPU build), where this release lets
-    it be read (it is reported, never relied on)."""
+    it be read (it is reported, never relied on); at TP ranks, each worker process's, asked over the executor."""
     try:
+        if tp > 1:
+            names = llm.collective_rpc(lambda self: type(self.model_runner).__name__)
+            return names[0] if len(set(names)) == 1 else ",".join(names)
         return type(llm.llm_engine.model_executor.driver_worker.worker.model_runner).__name__
-    except AttributeError:
+    except Exception:  # noqa: BLE001  (reported, never relied on)
         return None
 
 
 def main(argv: list[str]) -> int:
     draft_dir, target_dir, options = argv
+    result_line = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the engine's prints (its rank processes' too) go to stderr
     result = measure(draft_dir, target_dir, **json.loads(options))
-    sys.stdout.write(json.dumps(result) + "\n")
+    result_line.write(json.dumps(result) + "\n")
+    result_line.flush()
     return 0
 
 
