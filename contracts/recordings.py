@@ -51,6 +51,36 @@ def load_recordings(release: EngineSpec) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(recordings_dir(release).glob("*.json"))}
 
 
+# one bundled example per engine with ranks, whose drafter at TP=2 is recorded (``fixtures/observed/ranks``): the fast
+# tier judges rank-consistency's check logic on it (``tests/fast/test_rank_checks.py``)
+RANKS_RECORDED = {"vllm==0.32.0": "speculators-default-hd32", "sglang==0.5.23": "specforge-hd32"}
+RANKS_TP = 2
+VOLATILE = ("seconds", "peak_rss_mb")  # what differs between two runs of the same ranks
+
+
+def ranks_recording(release: str) -> Path:
+    return OBSERVED / "ranks" / f"{release.replace('==', '-')}-tp{RANKS_TP}-{RANKS_RECORDED[release]}.json"
+
+
+def steady(observation: dict) -> dict:
+    """A recorded ``RankObservation`` without what differs between runs (wall time, memory)."""
+    out = {k: v for k, v in observation.items() if k not in VOLATILE}
+    out["ranks"] = [{k: v for k, v in r.items() if k not in VOLATILE} for r in observation.get("ranks", [])]
+    return out
+
+
+def record_ranks(release: str) -> dict:
+    """RELEASE's drafter of its recorded example at TP=2, observed by its engine (the ranks run as processes)."""
+    from contracts.bundled import bundled_subjects
+
+    subject = next(s for s in bundled_subjects(EngineSpec.parse(release)) if s.name == RANKS_RECORDED[release])
+    subject.tp = RANKS_TP
+    try:
+        return steady(subject.ranks.to_dict())
+    finally:
+        subject.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -60,10 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contracts.recordings")
     parser.add_argument("--engine", default=default_engine(),
                         help="the engine path to record (a release, with its runner: vllm==0.32.0:v1)")
+    parser.add_argument("--ranks", action="store_true", help="record the TP=2 drafters of RANKS_RECORDED instead")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)  # as tox runs the suite (OMP_NUM_THREADS=1): the same accumulation order
+    if args.ranks:
+        for release in RANKS_RECORDED:
+            ranks_recording(release).parent.mkdir(parents=True, exist_ok=True)
+            ranks_recording(release).write_text(json.dumps(record_ranks(release), sort_keys=True, indent=0) + "\n")
+            print(ranks_recording(release))
+        return 0
     spec = EngineSpec.parse(args.engine).canonical()
     subjects = bundled_subjects(spec)
     out = None

@@ -19,6 +19,7 @@ from conftest import FIXTURES, HD32_TARGET, make_copy
 from contracts.checkpoint import Checkpoint
 from contracts.engine_spec import EngineSpec
 from contracts.judging import observe_ranks_together
+from contracts.recordings import RANKS_RECORDED, ranks_recording, record_ranks
 from contracts.registry import FAIL, PASS, SKIP
 from contracts.subject import Subject
 
@@ -163,3 +164,10 @@ def test_accept_serves_at_tp2_on_vllms_cpu_serving_loop():
     no_ranks = _cli("accept", FIXTURES / "converged" / "speculators", "--target", FIXTURES / "converged" / "target",
                     "--engine", "llamacpp", "--tp", "2")
     assert no_ranks.returncode == 2 and "llama.cpp has no tensor-parallel ranks" in no_ranks.stderr
+
+
+@pytest.mark.parametrize("release", sorted(RANKS_RECORDED))
+def test_the_recorded_ranks_are_what_the_engine_builds_now(release):
+    """The fast tier's recording (``tests/fast/test_rank_checks.py``) is only as true as this: re-record with
+    ``python -m contracts.recordings --ranks`` when a release's wiring changes what it says."""
+    assert json.loads(json.dumps(record_ranks(release))) == json.loads(ranks_recording(release).read_text())
