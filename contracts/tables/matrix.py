@@ -76,6 +76,8 @@ def converted_report(subject, engine: EngineSpec, only: list[str] | None = None)
         return None
     facts = {k: getattr(subject, k) for k in ("intended_ids", "trainer_aux_ids", "reference_path",
                                               "trainer_hidden_states") if getattr(subject, k) is not None}
+    if subject.tp > 1:  # the copy judged at the deployment's tensor-parallel size too
+        facts["tp"] = subject.tp
     to = engine.name
     tmp = Path(tempfile.mkdtemp(prefix="eagle3-contracts-matrix-"))
     try:
