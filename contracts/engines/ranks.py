@@ -270,6 +270,27 @@ def key_ending(directory: Path, suffix: str) -> str | None:
 
 
 
+def observations_of(records: list[dict], drafts: list[str], target: Path, engine: dict, tp: int, seconds: float,
+                    runner: str | None, wiring: str) -> list:
+    """A ``RankObservation`` per draft from the ranks' RECORDS (each rank's ``{"rank", "peak_rss_mb", "drafts":
+    {draft: its record, or {"failed": ...}}}``): a draft any rank failed on carries that rank's error."""
+    from contracts.observations import RankObservation
+
+    found = []
+    for draft in drafts:
+        failed = next((r["drafts"][draft]["failed"] for r in records if "failed" in r["drafts"][draft]), None)
+        if failed:
+            found.append(RankObservation(engine=engine, tp_size=tp, how="processes", runner=runner,
+                                         error=f"rank {failed['rank']} of {tp}: {failed['error']}",
+                                         error_kind=failed["kind"]))
+            continue
+        ranks = [{"rank": r["rank"], "peak_rss_mb": r["peak_rss_mb"], **r["drafts"][draft]} for r in records]
+        found.append(RankObservation(engine=engine, tp_size=tp, how="processes", runner=runner, ranks=ranks,
+                                     candidates=candidates(ranks, Path(draft), target), wiring=wiring,
+                                     seconds=round(seconds, 2)))
+    return found
+
+
 def candidates(ranks: list[dict], draft: Path, target: Path) -> dict:
     """What each role could serve, as the ranks' served fingerprints are taken (their rows and dtype): the draft's own
     tensor and the target's, read from their files (what TP=1 serves is one of them)."""

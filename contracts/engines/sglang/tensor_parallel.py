@@ -82,24 +82,12 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
 def observe_ranks(engine_dirs, target_dir, tp: int, runner: str | None = None) -> list:
     """A ``RankObservation`` per draft in ENGINE_DIRS: its drafter as each of TP ranks of SGLang builds it, beside the
     two candidates each role can serve (RUNNER: unused, SGLang judges its release's default worker)."""
-    from contracts.engines.ranks import candidates, run_ranks
+    from contracts.engines.ranks import observations_of, run_ranks
     from contracts.engines.sglang.context import engine_version
-    from contracts.observations import RankObservation
 
     drafts = [str(Path(d).resolve()) for d in engine_dirs]
     target = str(Path(target_dir).resolve())
     records, seconds = run_ranks("contracts.engines.sglang.tensor_parallel:rank_entry", tp,
                                  {"engine": "sglang", "target": target, "drafts": drafts})
-    observations = []
-    for draft in drafts:
-        failed = next((r["drafts"][draft]["failed"] for r in records if "failed" in r["drafts"][draft]), None)
-        if failed:
-            observations.append(RankObservation(engine={"name": "sglang", "version": engine_version()}, tp_size=tp,
-                                                how="processes", runner=None, error=f"rank {failed['rank']} of {tp}: "
-                                                f"{failed['error']}", error_kind=failed["kind"]))
-            continue
-        ranks = [{"rank": r["rank"], "peak_rss_mb": r["peak_rss_mb"], **r["drafts"][draft]} for r in records]
-        observations.append(RankObservation(
-            engine={"name": "sglang", "version": engine_version()}, tp_size=tp, how="processes", ranks=ranks,
-            candidates=candidates(ranks, Path(draft), Path(target)), wiring=WIRING, seconds=round(seconds, 2)))
-    return observations
+    return observations_of(records, drafts, Path(target), {"name": "sglang", "version": engine_version()}, tp,
+                           seconds, None, WIRING)

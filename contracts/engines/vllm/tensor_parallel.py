@@ -115,30 +115,17 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
 def observe_ranks(engine_dirs, target_dir, tp: int, runner: str | None = None) -> list:
     """A ``RankObservation`` per draft in ENGINE_DIRS: its drafter as each of TP ranks of vLLM builds it, on the model
     runner RUNNER (None: the release's default for the first draft), beside the two candidates each role can serve."""
-    from contracts.engines.ranks import candidates, run_ranks
+    from contracts.engines.ranks import observations_of, run_ranks
     from contracts.engines.vllm.context import engine_version
     from contracts.engines.vllm.runners import observe_path
-    from contracts.observations import RankObservation
 
     drafts = [str(Path(d).resolve()) for d in engine_dirs]
     runner = runner or observe_path(Path(drafts[0]), Path(target_dir), None).judged
     records, seconds = run_ranks("contracts.engines.vllm.tensor_parallel:rank_entry", tp,
                                  {"engine": "vllm", "target": str(Path(target_dir).resolve()), "drafts": drafts,
                                   "runner": runner})
-    observations = []
-    for draft in drafts:
-        failed = next((r["drafts"][draft]["failed"] for r in records if "failed" in r["drafts"][draft]), None)
-        if failed:
-            observations.append(RankObservation(engine={"name": "vllm", "version": engine_version()}, tp_size=tp,
-                                                how="processes", runner=runner, error=f"rank {failed['rank']} of {tp}: "
-                                                f"{failed['error']}", error_kind=failed["kind"]))
-            continue
-        ranks = [{"rank": r["rank"], "peak_rss_mb": r["peak_rss_mb"], **r["drafts"][draft]} for r in records]
-        observations.append(RankObservation(
-            engine={"name": "vllm", "version": engine_version()}, tp_size=tp, how="processes", runner=runner,
-            ranks=ranks, candidates=candidates(ranks, Path(draft), Path(target_dir)), wiring=WIRING[runner],
-            seconds=round(seconds, 2)))
-    return observations
+    return observations_of(records, drafts, Path(target_dir).resolve(), {"name": "vllm", "version": engine_version()},
+                           tp, seconds, runner, WIRING[runner])
 
 
 def main(argv: list[str]) -> int:
