@@ -229,7 +229,7 @@ class RankObservation(Observation):
     tp_size: int
     how: str  # "processes" (N ranks ran) or "shard-ranges" (one process, the engine's shard functions per rank)
     runner: str | None = None  # the vLLM model runner whose decisions these are
-    ranks: list = field(default_factory=list)  # [{"rank", "embed": {"decision", "rows", "target_rows", "served"},
+    ranks: list = field(default_factory=list)  # [{"rank", "embed": {"decision", "rows", "target_rows", "shard", "served"},
     #                                             "lm_head": {...}, "aux_layer_ids", "peak_rss_mb"}]
     candidates: dict = field(default_factory=dict)  # role -> {"own": fingerprint | None, "target": fingerprint | None}
     wiring: str | None = None  # the engine functions that decided, in each rank

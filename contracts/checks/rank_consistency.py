@@ -85,7 +85,8 @@ def check_rank_consistency(subject: SubjectView) -> Result:
     evidence: dict = {"tp_size": obs.tp_size, "how": obs.how, "wiring": obs.wiring, "seconds": obs.seconds,
                       "ranks": [{"rank": r["rank"], "peak_rss_mb": r.get("peak_rss_mb"),
                                  "aux_layer_ids": r.get("aux_layer_ids"),
-                                 **{role: {k: r[role][k] for k in ("decision", "rows", "target_rows") if k in r[role]}
+                                 **{role: {k: r[role][k] for k in ("decision", "rows", "target_rows", "shard")
+                                           if k in r[role]}
                                     for role in ROLES}} for r in obs.ranks]}
     problems, fixes = [], []
     for role, name in ROLES.items():

@@ -210,6 +210,13 @@ def fingerprint_of(tensor, dtype: str) -> dict:
     return fingerprint(tensor_chunks(tensor, step), dtype, step)
 
 
+def shard_digest(module, rows: list[int]) -> str:
+    """The checksum of the rows of MODULE's weight this rank holds for the global ROWS [start, end) (its padding left
+    out), in the dtype it serves them: what this rank serves, beside what the ranks serve together."""
+    local = module.weight[: rows[1] - rows[0]]
+    return fingerprint_of(local, str(local.dtype).removeprefix("torch."))["digest"]
+
+
 def file_fingerprint_of(directory: Path, key: str | None, rows: int, dtype: str) -> dict | None:
     """The fingerprint of tensor KEY's first ROWS rows in DIRECTORY's weights, cast to DTYPE as the engine casts
     it (None: no such tensor)."""

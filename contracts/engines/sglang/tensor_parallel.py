@@ -41,7 +41,7 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from contracts.engines.ranks import agreed, differences, fingerprint_of, gathered
+    from contracts.engines.ranks import agreed, differences, fingerprint_of, gathered, shard_digest
     from contracts.engines.sglang import context
     from contracts.engines.sglang.aux_capture import _resolve_aux_config
     from contracts.engines.sglang.loader import EMBED_PARAM, HEAD_PARAM
@@ -66,9 +66,11 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
         seen[draft] = {
             "embed": {"decision": "shared" if id(w.draft.get_parameter(EMBED_PARAM)) in target_params else "kept",
                       "rows": _rows(embed_module), "target_rows": _rows(_holding(w.target, target_embed)),
+                      "shard": shard_digest(embed_module, _rows(embed_module)),
                       "served": fingerprint_of(served_embed, str(served_embed.dtype).removeprefix("torch."))},
             "lm_head": {"decision": "shared" if id(w.draft.get_parameter(HEAD_PARAM)) in target_params else "kept",
                         "rows": head_rows, "target_rows": _rows(_holding(w.target, target_head)),
+                        "shard": shard_digest(head_module, head_rows),
                         "served": fingerprint_of(served_head, str(served_head.dtype).removeprefix("torch."))},
             "aux_layer_ids": None if aux is None else list(aux),
         }

@@ -57,7 +57,7 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from contracts.engines.errors import TargetBuildError
-    from contracts.engines.ranks import agreed, differences, fingerprint_of, gathered
+    from contracts.engines.ranks import agreed, differences, fingerprint_of, gathered, shard_digest
     from contracts.engines.vllm.wiring import _load_target_vocab_tensors, build_target
 
     target, runner = payload["target"], payload["runner"]
@@ -96,9 +96,11 @@ def rank_entry(rank: int, tp: int, rendezvous: str, payload: dict) -> dict:
         seen[draft] = {
             "embed": {"decision": "shared" if model.model.embed_tokens is embed else "kept",
                       "rows": _rows(model.model.embed_tokens), "target_rows": _rows(embed),
+                      "shard": shard_digest(model.model.embed_tokens, _rows(model.model.embed_tokens)),
                       "served": fingerprint_of(served_embed, str(served_embed.dtype).removeprefix("torch."))},
             "lm_head": {"decision": "shared" if own_head is head else "kept", "rows": _rows(own_head),
                         "target_rows": _rows(head),
+                        "shard": shard_digest(own_head, _rows(own_head)),
                         "served": fingerprint_of(served_head, str(served_head.dtype).removeprefix("torch."))},
             "aux_layer_ids": None if aux is None else list(aux),
         }
