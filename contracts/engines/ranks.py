@@ -32,8 +32,8 @@ def max_process_ranks() -> int:
     """How many ranks this machine runs as processes (``EAGLE3_CONTRACTS_MAX_RANKS``, else as many as its memory holds
     at ``RANK_MB`` each with half of it left free, at least 2 and at most 4: a larger TP size is judged from the
     engine's shard-range functions in one process where its adapter can)."""
-    given = os.environ.get(MAX_RANKS_VAR)
-    if given:
+    given = os.environ.get(MAX_RANKS_VAR, "")
+    if given.strip().isdigit():
         return max(1, int(given))
     try:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -48,6 +48,8 @@ def _child(entry: str, rank: int, tp: int, rendezvous: str, payload: dict, out: 
     import traceback
 
     module, function = entry.split(":")
+    if Path("/sys/class/net/lo").exists():  # gloo's connections between the ranks on the loopback, not the host's address
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     made = _shared_memory_kept()
     try:
         record = getattr(importlib.import_module(module), function)(rank, tp, rendezvous, payload)
