@@ -49,7 +49,7 @@ def tensor_parallel(tp: int) -> dict:
     """What ``LLM`` takes to serve at TP ranks on this CPU, as vLLM's CPU build runs them: its multiprocessing executor
     (a worker process per rank, gloo and its shared-memory all-reduce between them), this machine's cores split between
     the ranks (``VLLM_CPU_OMP_THREADS_BIND``, which a one-NUMA-node machine needs), and the executor's message queue
-    on the loopback (``VLLM_HOST_IP``)."""
+    and gloo on the loopback (``VLLM_HOST_IP``, ``GLOO_SOCKET_IFNAME``)."""
     if tp <= 1:
         return {}
     cores = sorted(os.sched_getaffinity(0))
@@ -58,6 +58,8 @@ def tensor_parallel(tp: int) -> dict:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0])
                                                                  for s in spans))
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+    if os.path.exists("/sys/class/net/lo"):  # gloo between the ranks on the loopback too
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return {"tensor_parallel_size": tp, "distributed_executor_backend": "mp"}
 
 
