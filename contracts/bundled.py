@@ -82,7 +82,7 @@ def expected_failures(engine: EngineSpec | None = None, tp: int = 1) -> dict[tup
     if by_engine is None:
         return None
     found = {(name, cid): why for name, by in by_engine.items() for cid, why in by.items()}
-    if tp > 1:
+    if tp > 1 and not (engine or installed_here).profile.no_ranks:  # (an engine without ranks: one rank's verdicts)
         at_tp = doc.get("tensor_parallel", {}).get(str(tp), {}).get(key)
         if at_tp is None:
             return None
