@@ -94,7 +94,7 @@ def diagnose(url: str, *, draft: str | None = None, target: str | None = None, e
         return doc
     spec = _release(facts, engine, runner)
     doc["check"] = _check(_local(draft, "draft", download), _local(target, "target", download) if target else None,
-                          spec, name=draft)
+                          spec, name=draft, tp=facts.tp_size or 1)
     return doc
 
 
@@ -126,12 +126,13 @@ def _release(facts: ServerFacts, engine: str | None, runner: str | None):
         raise InputError(str(e)) from None
 
 
-def _check(draft: str, target: str | None, spec, name: str) -> dict:
+def _check(draft: str, target: str | None, spec, name: str, tp: int = 1) -> dict:
+    """``check`` on the server's draft, target and release, at its tensor-parallel size (rank-consistency)."""
     from contracts.hub import record
     from contracts.judging import report
     from contracts.subject import Subject
 
-    return record(report(Subject(name, Path(draft), Path(target) if target else None, engine=spec)))
+    return record(report(Subject(name, Path(draft), Path(target) if target else None, engine=spec, tp=tp)))
 
 
 def exit_code(doc: dict, allow_not_judged: bool = False) -> int:

@@ -35,6 +35,7 @@ class ServerFacts:
     speculative_tokens: int | None = None
     served_name: str | None = None  # the model name requests give
     runner: str | None = None  # the engine path it serves on, where it says
+    tp_size: int | None = None  # its tensor-parallel size, where it says (doctor judges rank-consistency at it)
     drafts: int | None = None  # draft rounds so far
     draft_tokens: int | None = None
     accepted: int | None = None  # accepted draft tokens so far

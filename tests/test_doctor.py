@@ -135,7 +135,7 @@ def test_a_draft_the_server_names_on_the_hub_is_read_there_and_judged(capsys, tm
 
     from contracts import hub
 
-    info = {"model_path": "org/llama-tiny-hd32", "served_model_name": "org/llama-tiny-hd32", "tp_size": 1,
+    info = {"model_path": "org/llama-tiny-hd32", "served_model_name": "org/llama-tiny-hd32", "tp_size": 2,
             "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "org/specforge-hd32",
             "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
             "decode_log_interval": 40, "version": "0.5.23",
@@ -156,4 +156,6 @@ def test_a_draft_the_server_names_on_the_hub_is_read_there_and_judged(capsys, tm
     assert doc["check"]["hub"]["draft"]["repo"] == "org/specforge-hd32"
     assert doc["check"]["hub"]["target"]["repo"] == "org/llama-tiny-hd32"
     assert "fail" not in statuses(doc).values()
+    # the server's tensor-parallel size (its tp_size): its two ranks judged as rank-consistency
+    assert doc["server"]["tp_size"] == 2 and doc["check"]["tp"] == 2 and statuses(doc)["rank-consistency"] == "pass"
     assert "every contract judged holds on this path: the cause is outside what the contracts check" in text

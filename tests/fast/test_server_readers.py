@@ -43,6 +43,7 @@ def test_sglang_0_5_23_server_info(answering):
     assert facts.draft == "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B" and facts.speculative_tokens == 3
     assert facts.mean_acceptance == 1.02
     assert facts.read["mean_acceptance"] == "/server_info internal_states[].avg_spec_accept_length"
+    assert facts.tp_size == 1 and facts.read["tp_size"] == "/server_info"  # doctor judges rank-consistency above 1
 
 
 def test_sglang_0_5_3_has_only_get_server_info_and_no_measure_before_a_log_interval(answering):

@@ -29,6 +29,9 @@ def read(server: Endpoint, label: str) -> ServerFacts | None:
                         target=_text(info.get("model_path")),
                         served_name=_text(info.get("served_model_name")) or _text(info.get("model_path")))
     facts.read.update(version=path, target=path)
+    if isinstance(info.get("tp_size"), int):
+        facts.tp_size = info["tp_size"]
+        facts.read["tp_size"] = path
     algorithm = _text(info.get("speculative_algorithm"))
     if algorithm:
         facts.method = algorithm.lower()

@@ -60,6 +60,11 @@ def read(server: Endpoint, label: str) -> ServerFacts | None:
         if model:
             facts.target = model
             facts.read["target"] = "/server_info"
+        parallel = config.get("parallel_config")
+        size = parallel.get("tensor_parallel_size") if isinstance(parallel, dict) else None
+        if isinstance(size, int):
+            facts.tp_size = size
+            facts.read["tp_size"] = "/server_info"
         device = (config.get("device_config") or {}).get("device") if isinstance(config.get("device_config"),
                                                                                  dict) else None
         if str(device) == "cpu":
