@@ -51,10 +51,22 @@ def load_recordings(release: EngineSpec) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(recordings_dir(release).glob("*.json"))}
 
 
-# one bundled example per engine with ranks, whose drafter at TP=2 is recorded (``fixtures/observed/ranks``): the fast
-# tier judges rank-consistency's check logic on it (``tests/fast/test_rank_checks.py``)
-RANKS_RECORDED = {"vllm==0.32.0": "speculators-default-hd32", "sglang==0.5.23": "specforge-hd32"}
+# the bundled example whose drafter at TP=2 is recorded (``fixtures/observed/ranks``), on the pinned release of every
+# engine with ranks: the fast tier judges rank-consistency's check logic on it (``tests/fast/test_rank_checks.py``)
+RANKS_EXAMPLE = "speculators-default-hd32"
 RANKS_TP = 2
+
+
+def ranks_releases() -> list[str]:
+    """The pinned release of each engine whose ranks build a drafter each (its profile has no ``no_ranks``)."""
+    from contracts.engine_profile import profiles
+    from contracts.manifest import EXPECTED
+
+    pinned_here = json.loads(EXPECTED.read_text())["pinned"]  # the in-process engine's documented release
+    return [pinned_here if p.in_process else f"{name}=={p.pinned}" for name, p in profiles().items() if not p.no_ranks]
+
+
+RANKS_RECORDED = {release: RANKS_EXAMPLE for release in ranks_releases()}
 VOLATILE = ("seconds", "peak_rss_mb")  # what differs between two runs of the same ranks
 
 
