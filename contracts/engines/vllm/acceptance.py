@@ -91,9 +91,18 @@ def measure(draft_dir: str, target_dir: str, *, tokens: int = 3, n_prompts: int 
         "generated_tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
         "num_speculative_tokens": tokens, "prompts": n_prompts, "prompt_tokens": PROMPT_TOKENS,
         "max_tokens": max_tokens, "temperature": temperature, "model_runner": _model_runner(llm, tp),
-        "tensor_parallel_size": tp,
+        "tensor_parallel_size": tp, **({"_shm_ident": _dist_ident(llm)} if tp > 1 else {}),
         "seconds_build": round(built - start, 2), "seconds_generate": round(done - built, 2),
     }
+
+
+def _dist_ident(llm) -> str | None:
+    """The name vLLM's CPU ranks gave their shared-memory all-reduce segments (``VLLM_DIST_IDENT``, set in each worker
+    from its rendezvous), so the job removes what a rank's exit leaves in /dev/shm."""
+    try:
+        return llm.collective_rpc(lambda self: os.environ.get("VLLM_DIST_IDENT"))[0]
+    except Exception:  # noqa: BLE001  (then nothing is removed)
+        return None
 
 
 def _model_runner(llm, tp: int = 1) -> str | None:
@@ -113,8 +122,16 @@ def main(argv: list[str]) -> int:
     result_line = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the engine's prints (its rank processes' too) go to stderr
     result = measure(draft_dir, target_dir, **json.loads(options))
+    ident = result.pop("_shm_ident", None)
     result_line.write(json.dumps(result) + "\n")
     result_line.flush()
+    if ident:  # the ranks' all-reduce segments, past the engine's shutdown (it leaves them when a rank is killed)
+        import gc
+        from pathlib import Path
+
+        gc.collect()
+        for segment in Path("/dev/shm").glob(f"{ident}*"):
+            segment.unlink(missing_ok=True)
     return 0
 
 
