@@ -171,3 +171,12 @@ def test_the_recorded_ranks_are_what_the_engine_builds_now(release):
     """The fast tier's recording (``tests/fast/test_rank_checks.py``) is only as true as this: re-record with
     ``python -m contracts.recordings --ranks`` when a release's wiring changes what it says."""
     assert json.loads(json.dumps(record_ranks(release))) == json.loads(ranks_recording(release).read_text())
+
+
+def test_a_tensor_parallel_size_the_engine_refuses_is_a_finding_in_its_own_words():
+    """Three ranks of a target with 4 attention heads: SGLang's own bare ``assert`` refuses in every rank; the verdict
+    quotes the statement (an empty "AssertionError:" said nothing), exit 1."""
+    done = _cli("check", SPECFORGE, "--target", HD32_TARGET, "--tp", "3", "--only", CID, "--format", "json")
+    r = json.loads(done.stdout)["results"][0]
+    assert done.returncode == 1 and r["status"] == FAIL, r
+    assert "rank 0 of 3" in r["summary"] and "assert self.total_num_heads % tp_size == 0" in r["summary"]

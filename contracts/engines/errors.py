@@ -51,3 +51,17 @@ def raised_by_engine(exc: BaseException, package: str) -> bool:
         if path.is_relative_to(suite_dir):
             return False
     return False
+
+
+def engine_words(exc: BaseException) -> str:
+    """``Type: message`` of what the engine raised; for a bare ``assert`` (no message) the statement that failed and
+    where, from the innermost frame, so a refusal never reads as an empty "AssertionError:"."""
+    import traceback
+
+    if str(exc).strip():
+        return f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return type(exc).__name__
+    last = frames[-1]
+    return f"{type(exc).__name__} at {Path(last.filename).name}:{last.lineno}: {(last.line or '').strip()}"

@@ -17,7 +17,7 @@ import copy
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
-from contracts.engines.errors import EngineBuildError
+from contracts.engines.errors import EngineBuildError, engine_words
 from contracts.engines.layer_reads import mark_reads
 from contracts.engines.sglang.compat import accepts, meta_build_isolated
 from contracts.engines.sglang.context import engine_version, ensure_context
@@ -95,7 +95,7 @@ def build_model(mc, overrides: dict | None = None, device: str = "cpu"):
         with isolated, set_default_torch_dtype(mc.dtype), torch.device(device):
             return _initialize_model(mc, LoadConfig())
     except Exception as e:
-        raise EngineBuildError(f"SGLang could not build the model: {type(e).__name__}: {e}") from None
+        raise EngineBuildError(f"SGLang could not build the model: {engine_words(e)}") from None
 
 
 def tracer(model) -> InOrderTracer:

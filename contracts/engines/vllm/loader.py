@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from contracts.checkpoint import Checkpoint
-from contracts.engines.errors import EngineBuildError
+from contracts.engines.errors import EngineBuildError, engine_words
 from contracts.engines.layer_reads import mark_reads
 from contracts.engines import load_tracer
 from contracts.engines.load_tracer import ByObjectTracer, config_summary, fates_of
@@ -91,7 +91,7 @@ def build_draft(configs, device: str = "cpu", overrides: dict | None = None, bes
                 set_default_torch_dtype(mc.dtype), on_device(device):
             model = initialize_model(vllm_config=configs.vc, model_config=mc)
     except Exception as e:
-        raise EngineBuildError(f"vLLM could not build the model: {type(e).__name__}: {e}") from None
+        raise EngineBuildError(f"vLLM could not build the model: {engine_words(e)}") from None
     if device == "meta":
         _materialise_small(model)
     return model
