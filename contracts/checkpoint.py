@@ -122,6 +122,13 @@ def not_fetched(directory: Path) -> dict:
     return _NOT_FETCHED[directory].get("not_fetched") or {}
 
 
+def key_ending(tensors, suffix: str) -> str | None:
+    """The shortest of TENSORS' names ending with SUFFIX (the language model's ``embed_tokens.weight``, not a vision
+    tower's), or None."""
+    keys = sorted((k for k in tensors if k.endswith(suffix)), key=len)
+    return keys[0] if keys else None
+
+
 def require_fetched(path: Path, name: str) -> None:
     """Raise ``WeightsNotFetched`` when tensor NAME of weight file PATH was left unread by a ranged Hub read."""
     path = Path(path)

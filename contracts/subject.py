@@ -100,16 +100,22 @@ class Subject:
         """The vLLM runner every observation of this subject is made on (None for SGLang)."""
         return self.path.judged if self.path.kind == "runner" else None
 
-    @cached_property
-    def _load(self):
+    @staticmethod
+    def _observed(ask):
+        """``(ASK(), None)``, or ``(None, the refusal)`` when the engine's own code refused: ``TargetRefused`` for the
+        target (an engine that loads a draft only beside its target: llama.cpp's converter), else ``EngineRefused``."""
         from contracts.engines.errors import EngineBuildError, TargetBuildError
 
         try:
-            return self.adapter.load(self.engine_dir, self.target_path, runner=self.runner), None
-        except TargetBuildError as e:  # an engine that loads a draft only beside its target (llama.cpp's converter)
+            return ask(), None
+        except TargetBuildError as e:
             return None, TargetRefused(str(e), e.needs)
         except EngineBuildError as e:
             return None, EngineRefused(str(e))
+
+    @cached_property
+    def _load(self):
+        return self._observed(lambda: self.adapter.load(self.engine_dir, self.target_path, runner=self.runner))
 
     @property
     def load(self):
@@ -363,25 +369,12 @@ class Subject:
 
     @cached_property
     def _embed_head(self):
-        from contracts.engines.errors import EngineBuildError, TargetBuildError
-
-        try:
-            return self.adapter.embed_head(self.engine_dir, self.target_path, runner=self.runner), None
-        except TargetBuildError as e:
-            return None, TargetRefused(str(e), e.needs)
-        except EngineBuildError as e:
-            return None, EngineRefused(str(e))
+        return self._observed(lambda: self.adapter.embed_head(self.engine_dir, self.target_path, runner=self.runner))
 
     @cached_property
     def _ranks(self):
-        from contracts.engines.errors import EngineBuildError, TargetBuildError
-
-        try:
-            return self.adapter.ranks([self.engine_dir], self.target_path, self.tp, runner=self.runner)[0], None
-        except TargetBuildError as e:
-            return None, TargetRefused(str(e), e.needs)
-        except EngineBuildError as e:
-            return None, EngineRefused(str(e))
+        return self._observed(
+            lambda: self.adapter.ranks([self.engine_dir], self.target_path, self.tp, runner=self.runner)[0])
 
     @property
     def ranks(self):

@@ -16,6 +16,7 @@ row chunks.
 
 from __future__ import annotations
 
+from contracts.checkpoint import key_ending
 from contracts.checks.evidence import engine_label
 from contracts.config_facts import trained_embedding_frozen
 from contracts.fingerprint import (coarser, compare_file_tensors, file_fingerprint, files_equal,
@@ -25,11 +26,6 @@ from contracts.registry import FAIL, PASS, SKIP, Result, SubjectView, contract
 CID = "embed-head"
 RANDOM = "never written (random)"
 VOCAB_PADDING = 64  # SGLang and vLLM pad vocab-parallel weights to a multiple of 64 rows
-
-
-def _key(tensors: dict, suffix: str) -> str | None:
-    keys = sorted((k for k in tensors if k.endswith(suffix)), key=len)
-    return keys[0] if keys else None
 
 
 # The engine steps that share one of the target's vocabulary tensors into the draft, per role: vLLM's Model Runner V1
@@ -115,7 +111,7 @@ def check_embed_head(subject: SubjectView) -> Result:
     values = bool(obs.target["has_weights"]) and obs.embed.fingerprint is not None
     d, t = obs.draft, obs.target
     embed_origin, head_origin = _origin(obs.embed, obs, "embed"), _origin(obs.head, obs, "head")
-    ckpt_embed, ckpt_head = _key(ckpt.tensors, "embed_tokens.weight"), _key(ckpt.tensors, "lm_head.weight")
+    ckpt_embed, ckpt_head = key_ending(ckpt.tensors, "embed_tokens.weight"), key_ending(ckpt.tensors, "lm_head.weight")
     evidence: dict = {
         "wiring": {"engine_function": obs.wiring, "calls": obs.calls,
                    "load_lm_head_from_target": obs.load_lm_head_from_target, "tied": obs.tied,
@@ -269,7 +265,7 @@ def _own_embedding_not_trained(obs, ckpt, target, ckpt_embed: str, frozen: str, 
     """The engine keeps the checkpoint's embedding (vLLM when it differs from the target's, llama.cpp always), but
     the trainer trained with the target's frozen one: a saved embedding that differs was never trained with
     (TorchSpec#38: a random embedding written by an exporter) and is served in its place."""
-    tkey = _key(target.tensors, "embed_tokens.weight") if target is not None else None
+    tkey = key_ending(target.tensors, "embed_tokens.weight") if target is not None else None
     if tkey is None:
         e_ev["checkpoint_vs_target"] = "skipped: no target weights"
         return

@@ -13,7 +13,6 @@ imports it, when the traceback shows one) or ``{"error": MESSAGE, "step": OP}``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import traceback
@@ -74,8 +73,9 @@ def probe(spec: EngineSpec) -> dict:
 
 
 def main() -> int:
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr
+    from contracts.engines.channel import result_channel
+
+    protocol = result_channel()
     try:
         answer = probe(EngineSpec.parse(sys.argv[1]))  # the engine this environment holds
     except ModuleNotFoundError as e:  # the adapter's own imports (e.g. the engine's package itself)

@@ -69,7 +69,7 @@ def _child(entry: str, rank: int, tp: int, rendezvous: str, payload: dict, out: 
 def failure(e: BaseException, engine: str) -> dict:
     """``{"error", "kind"}`` of an exception a rank met: ``TargetBuildError`` / ``EngineBuildError`` (the engine's own
     refusal, as the one-rank adapters raise it, or raised inside the engine's code), else ``ReplayError``."""
-    from contracts.engines.errors import TargetBuildError, raised_by_engine
+    from contracts.engines.errors import TargetBuildError, engine_words, raised_by_engine
 
     if isinstance(e, TargetBuildError):
         kind = "TargetBuildError"
@@ -77,7 +77,7 @@ def failure(e: BaseException, engine: str) -> dict:
         kind = "EngineBuildError"
     else:
         kind = "ReplayError"
-    return {"error": f"{type(e).__name__}: {e}"[:600], "kind": kind}
+    return {"error": engine_words(e)[:600], "kind": kind}
 
 
 def agreed(build, engine: str):
@@ -273,9 +273,9 @@ def differences(served, draft: Path, target: Path, role: str) -> dict:
 def key_ending(directory: Path, suffix: str) -> str | None:
     """The shortest tensor name in DIRECTORY's weights ending with SUFFIX (the language model's, not a tower's)."""
     from contracts.checkpoint import Checkpoint
+    from contracts.checkpoint import key_ending as ending
 
-    keys = sorted((k for k in Checkpoint.open(directory, require_weights=False).tensors if k.endswith(suffix)), key=len)
-    return keys[0] if keys else None
+    return ending(Checkpoint.open(directory, require_weights=False).tensors, suffix)
 
 
 

@@ -14,7 +14,6 @@ stderr: the protocol has stdout to itself.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 
@@ -49,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
 
     return_large_frees()
     argv = sys.argv[1:] if argv is None else argv
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # engine prints land on stderr, never in the protocol
+    from contracts.engines.channel import result_channel
+
+    protocol = result_channel()
     from contracts.engine_spec import EngineSpec
     from contracts.engines.inprocess import InProcess
 

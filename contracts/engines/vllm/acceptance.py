@@ -119,8 +119,9 @@ def _model_runner(llm, tp: int = 1) -> str | None:
 
 def main(argv: list[str]) -> int:
     draft_dir, target_dir, options = argv
-    result_line = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the engine's prints (its rank processes' too) go to stderr
+    from contracts.engines.channel import result_channel
+
+    result_line = result_channel()  # the engine's prints (its rank processes' too) go to stderr
     result = measure(draft_dir, target_dir, **json.loads(options))
     ident = result.pop("_shm_ident", None)
     result_line.write(json.dumps(result) + "\n")
